@@ -1,0 +1,212 @@
+"""nvct's configuration: the reference toolkit's ``config.toml``, same keys and defaults.
+
+The shim reads this on every container start, so loading uses the standard
+library's ``tomllib`` where it exists (Python 3.11+) and keeps tomlkit, which
+preserves formatting for ``nvct config`` edits, off the hot path.
+
+Lookup order: an explicit path, ``$NVIDIA_CTK_CONFIG_FILE_PATH``,
+``${XDG_CONFIG_HOME:-/etc}/nvidia-container-runtime/config.toml``, then the
+built-in defaults. A missing file means the defaults; a malformed one is an
+error that names the file and the line.
+
+nvct's own keys live in ``[nvct]``: ``dev-root`` and ``proc-root`` (see
+docs/configuration.md), with ``NVCT_DRIVER_ROOT``, ``NVCT_DEV_ROOT`` and
+``NVCT_PROC_ROOT`` overriding the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from typing import Any, Mapping
+
+from nvct.errors import ConfigError
+
+CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
+RELATIVE_PATH = "nvidia-container-runtime/config.toml"
+
+ALL_CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
+
+#: The built-in defaults, in the reference's layout.
+DEFAULTS: dict[str, Any] = {
+    "accept-nvidia-visible-devices-as-volume-mounts": False,
+    "accept-nvidia-visible-devices-envvar-when-unprivileged": True,
+    "disable-require": False,
+    "supported-driver-capabilities": ",".join(ALL_CAPABILITIES),
+    "swarm-resource": "",
+    "nvidia-container-cli": {
+        "root": "",
+        "path": "",
+        "environment": [],
+        "debug": "",
+        "ldcache": "",
+        "load-kmods": True,
+        "no-cgroups": False,
+        "user": "",
+        "ldconfig": "@/sbin/ldconfig",
+    },
+    "nvidia-container-runtime": {
+        "debug": "/dev/null",
+        "log-level": "info",
+        "runtimes": ["runc", "crun"],
+        "mode": "auto",
+        "modes": {
+            "csv": {"mount-spec-path": "/etc/nvidia-container-runtime/host-files-for-container.d"},
+            "cdi": {
+                "default-kind": "nvidia.com/gpu",
+                "annotation-prefixes": ["cdi.k8s.io/"],
+                "spec-dirs": ["/etc/cdi", "/var/run/cdi"],
+            },
+            "legacy": {"cuda-compat-mode": "ldconfig"},
+        },
+    },
+    "nvidia-container-runtime-hook": {
+        "path": "nvidia-container-runtime-hook",
+        "skip-mode-detection": False,
+    },
+    "nvidia-ctk": {"path": "nvidia-ctk"},
+    "features": {},
+    "nvct": {"dev-root": "", "proc-root": ""},
+}
+
+_MODES = ("auto", "legacy", "cdi", "jit-cdi", "csv")
+
+
+def default_path(env: Mapping[str, str] | None = None) -> str:
+    """Where the config file is looked for when no path is given."""
+    env = os.environ if env is None else env
+    if env.get(CONFIG_ENV):
+        return env[CONFIG_ENV]
+    root = env.get("XDG_CONFIG_HOME") or "/etc"
+    return os.path.join(root, RELATIVE_PATH)
+
+
+class Config:
+    """Typed access to the merged configuration (file over defaults)."""
+
+    def __init__(self, data: Mapping[str, Any] | None = None, path: str | None = None,
+                 env: Mapping[str, str] | None = None):
+        self.path = path
+        self.data = _merge(copy.deepcopy(DEFAULTS), data or {})
+        self._env = os.environ if env is None else env
+        self._validate()
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        """Look a key up by its dotted path, e.g. ``nvidia-container-runtime.mode``."""
+        node: Any = self.data
+        for part in _split_key(dotted):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    # --- roots: the driver, /dev and /proc can each live elsewhere ---
+    @property
+    def driver_root(self) -> str:
+        return self._env.get("NVCT_DRIVER_ROOT") or self.get("nvidia-container-cli.root") or "/"
+
+    @property
+    def dev_root(self) -> str:
+        return self._env.get("NVCT_DEV_ROOT") or self.get("nvct.dev-root") or "/"
+
+    @property
+    def proc_root(self) -> str:
+        return self._env.get("NVCT_PROC_ROOT") or self.get("nvct.proc-root") or "/proc"
+
+    @property
+    def mode(self) -> str:
+        return self.get("nvidia-container-runtime.mode")
+
+    @property
+    def runtimes(self) -> list[str]:
+        return list(self.get("nvidia-container-runtime.runtimes"))
+
+    @property
+    def supported_capabilities(self) -> tuple[str, ...]:
+        raw = self.get("supported-driver-capabilities") or ""
+        return tuple(c for c in (s.strip() for s in raw.split(",")) if c)
+
+    def feature(self, name: str) -> bool:
+        return bool(self.get("features", {}).get(name, False))
+
+    def _validate(self) -> None:
+        mode = self.mode
+        if mode not in _MODES:
+            raise ConfigError(
+                f"{self.path or 'config'}: nvidia-container-runtime.mode: "
+                f"unknown mode {mode!r} (expected one of {', '.join(_MODES)})"
+            )
+        if not isinstance(self.get("nvidia-container-runtime.runtimes"), list):
+            raise ConfigError(f"{self.path or 'config'}: nvidia-container-runtime.runtimes must be a list")
+        for cap in self.supported_capabilities:
+            if cap not in ALL_CAPABILITIES:
+                raise ConfigError(
+                    f"{self.path or 'config'}: supported-driver-capabilities: unknown capability {cap!r}"
+                )
+
+
+def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Load the configuration by the reference's lookup order."""
+    env = os.environ if env is None else env
+    explicit = path is not None
+    path = path or default_path(env)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"{path}: config file not found") from None
+        return Config(None, None, env)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
+    return Config(parse_toml(raw, path), path, env)
+
+
+def parse_toml(raw: bytes, path: str) -> dict[str, Any]:
+    """Parse TOML, turning any syntax error into one line naming file and line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not valid UTF-8 at byte {e.start}") from None
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.9/3.10
+        return _parse_with_tomlkit(text, path)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {_toml_reason(str(e))}") from None
+
+
+def _parse_with_tomlkit(text: str, path: str) -> dict[str, Any]:
+    import tomlkit
+    import tomlkit.exceptions
+
+    try:
+        return tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.TOMLKitError as e:
+        raise ConfigError(f"{path}: invalid TOML: {_toml_reason(str(e))}") from None
+
+
+def _toml_reason(msg: str) -> str:
+    # tomllib says "... (at line 3, column 7)", tomlkit "... at line 3 col 7".
+    m = re.search(r"\(?at line (\d+),? col(?:umn)? (\d+)\)?", msg)
+    if not m:
+        return msg
+    what = msg[: m.start()].strip().rstrip(",")
+    return f"line {m.group(1)}, column {m.group(2)}: {what}"
+
+
+def _split_key(dotted: str) -> list[str]:
+    # Top-level keys never contain dots, nested ones are table names.
+    return dotted.split(".")
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base

@@ -1,0 +1,209 @@
+"""What goes into a container, in the shape of CDI's containerEdits.
+
+Every realization (spec edits in the shim, work done by the hook inside the
+container, a CDI spec on disk) is computed from this one model, so the three
+can never disagree about what a container gets.
+
+``reason`` fields say why an edit is there (which capability, which GPU); they
+are for ``nvct explain`` and take no part in comparison or serialization.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+#: OCI hook stages that CDI allows.
+HOOK_STAGES = (
+    "prestart",
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
+)
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    """A device node to create in the container (and allow in its cgroup)."""
+
+    path: str
+    major: int
+    minor: int
+    type: str = "c"
+    host_path: str | None = None
+    file_mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    permissions: str = "rw"
+    reason: str = field(default="", compare=False)
+
+    def to_cdi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path}
+        if self.host_path and self.host_path != self.path:
+            out["hostPath"] = self.host_path
+        out["type"] = self.type
+        out["major"] = self.major
+        out["minor"] = self.minor
+        if self.file_mode is not None:
+            out["fileMode"] = self.file_mode
+        if self.permissions != "rw":
+            out["permissions"] = self.permissions
+        if self.uid is not None:
+            out["uid"] = self.uid
+        if self.gid is not None:
+            out["gid"] = self.gid
+        return out
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind (or other) mount from the host into the container."""
+
+    host_path: str
+    container_path: str
+    type: str | None = None
+    options: tuple[str, ...] = ()
+    reason: str = field(default="", compare=False)
+
+    def to_cdi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "hostPath": self.host_path,
+            "containerPath": self.container_path,
+        }
+        if self.type:
+            out["type"] = self.type
+        if self.options:
+            out["options"] = list(self.options)
+        return out
+
+
+@dataclass(frozen=True)
+class Hook:
+    """An OCI hook: ``path`` is executed with exactly ``args`` and ``env``."""
+
+    hook_name: str
+    path: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
+    reason: str = field(default="", compare=False)
+
+    def to_cdi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"hookName": self.hook_name, "path": self.path}
+        if self.args:
+            out["args"] = list(self.args)
+        if self.env:
+            out["env"] = list(self.env)
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        return out
+
+
+@dataclass
+class ContainerEdits:
+    """A set of edits; ``extend`` merges another set into this one."""
+
+    env: list[str] = field(default_factory=list)
+    device_nodes: list[DeviceNode] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+    hooks: list[Hook] = field(default_factory=list)
+    additional_gids: list[int] = field(default_factory=list)
+
+    def extend(self, other: ContainerEdits) -> ContainerEdits:
+        """Merge ``other`` in, dropping exact repeats and keeping order."""
+        _merge(self.env, other.env)
+        _merge(self.device_nodes, other.device_nodes)
+        _merge(self.mounts, other.mounts)
+        _merge(self.hooks, other.hooks)
+        _merge(self.additional_gids, other.additional_gids)
+        return self
+
+    def is_empty(self) -> bool:
+        return not (
+            self.env or self.device_nodes or self.mounts or self.hooks or self.additional_gids
+        )
+
+    def to_cdi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.env:
+            out["env"] = list(self.env)
+        if self.device_nodes:
+            out["deviceNodes"] = [d.to_cdi() for d in self.device_nodes]
+        if self.mounts:
+            out["mounts"] = [m.to_cdi() for m in self.mounts]
+        if self.hooks:
+            out["hooks"] = [h.to_cdi() for h in self.hooks]
+        if self.additional_gids:
+            out["additionalGids"] = list(self.additional_gids)
+        return out
+
+    @classmethod
+    def from_cdi(cls, data: dict[str, Any]) -> ContainerEdits:
+        """Build from a (validated) CDI ``containerEdits`` mapping."""
+        return cls(
+            env=list(data.get("env") or ()),
+            device_nodes=[_device_from_cdi(d) for d in data.get("deviceNodes") or ()],
+            mounts=[
+                Mount(
+                    host_path=m["hostPath"],
+                    container_path=m["containerPath"],
+                    type=m.get("type"),
+                    options=tuple(m.get("options") or ()),
+                )
+                for m in data.get("mounts") or ()
+            ],
+            hooks=[
+                Hook(
+                    hook_name=h["hookName"],
+                    path=h["path"],
+                    args=tuple(h.get("args") or ()),
+                    env=tuple(h.get("env") or ()),
+                    timeout=h.get("timeout"),
+                )
+                for h in data.get("hooks") or ()
+            ],
+            additional_gids=list(data.get("additionalGids") or ()),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Like :meth:`to_cdi`, but with every edit's reason (for explain)."""
+        out = self.to_cdi()
+        for key, items in (
+            ("deviceNodes", self.device_nodes),
+            ("mounts", self.mounts),
+            ("hooks", self.hooks),
+        ):
+            for entry, item in zip(out.get(key, ()), items):
+                if item.reason:
+                    entry["reason"] = item.reason
+        return out
+
+
+def _device_from_cdi(d: dict[str, Any]) -> DeviceNode:
+    return DeviceNode(
+        path=d["path"],
+        host_path=d.get("hostPath"),
+        type=d.get("type") or "c",
+        major=int(d.get("major") or 0),
+        minor=int(d.get("minor") or 0),
+        file_mode=d.get("fileMode"),
+        uid=d.get("uid"),
+        gid=d.get("gid"),
+        permissions=d.get("permissions") or "rw",
+    )
+
+
+def _merge(into: list, items: Iterable) -> None:
+    seen = set(into)
+    for item in items:
+        if item not in seen:
+            into.append(item)
+            seen.add(item)
+
+
+def with_reason(edit, reason: str):
+    """Return ``edit`` with its reason set (edits are frozen)."""
+    return dataclasses.replace(edit, reason=reason)
