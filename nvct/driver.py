@@ -1,0 +1,406 @@
+"""What the host's NVIDIA driver offers, found under three separate roots.
+
+* the driver root: libraries, binaries, sockets, firmware (``/`` or, with the
+  GPU Operator's driver container, ``/run/nvidia/driver``);
+* the device root: where ``/dev/nvidia*`` live;
+* the proc root: the host kernel's ``/proc`` (``/proc/driver/nvidia``, ``/proc/devices``).
+
+Libraries are picked the way libnvidia-container picks them: a name from the
+capability's list, found through the driver root's ``ld.so.cache``, whose file
+name ends with the kernel module's version. Everything is computed lazily and
+cached, so a container that needs only ``utility`` never reads the rest.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import stat
+from dataclasses import dataclass, field
+
+from nvct import procfs
+from nvct.errors import DriverError
+
+NVIDIA_MAJOR = 195
+CTL_MINOR = 255
+MODESET_MINOR = 254
+
+#: Libraries per capability, as libnvidia-container's lists (names up to ".so").
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "utility": ("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"),
+    "compute": (
+        "libcuda.so", "libcudadebugger.so", "libnvidia-opencl.so", "libnvidia-gpucomp.so",
+        "libnvidia-ptxjitcompiler.so", "libnvidia-fatbinaryloader.so", "libnvidia-allocator.so",
+        "libnvidia-compiler.so", "libnvidia-pkcs11.so", "libnvidia-pkcs11-openssl3.so",
+        "libnvidia-nvvm.so", "libnvidia-tileiras.so",
+    ),
+    "video": ("libvdpau_nvidia.so", "libnvidia-encode.so", "libnvidia-opticalflow.so", "libnvcuvid.so"),
+    "graphics": (
+        "libnvidia-eglcore.so", "libnvidia-glcore.so", "libnvidia-tls.so", "libnvidia-glsi.so",
+        "libnvidia-fbc.so", "libnvidia-ifr.so", "libnvidia-rtcore.so", "libnvoptix.so",
+        "libGLX_nvidia.so", "libEGL_nvidia.so", "libGLESv2_nvidia.so", "libGLESv1_CM_nvidia.so",
+        "libnvidia-glvkspirv.so", "libnvidia-cbl.so",
+    ),
+    "ngx": ("libnvidia-ngx.so",),
+}
+_LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
+
+BINARIES: dict[str, tuple[str, ...]] = {
+    "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"),
+    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+}
+_BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/local/sbin")
+
+#: Sockets and dirs of the driver's daemons (container path = host path).
+IPC = {
+    "utility": ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"),
+    "compute": ("/tmp/nvidia-mps",),
+}
+
+#: Graphics/display config files, by capability (container path = host path).
+GRAPHICS_FILES = {
+    "graphics": (
+        "/usr/share/vulkan/icd.d/nvidia_icd.json",
+        "/etc/vulkan/icd.d/nvidia_icd.json",
+        "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+        "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+        "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+        "/usr/share/nvidia/nvoptix.bin",
+    ),
+    "display": (
+        "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+        "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
+    ),
+}
+
+_FIRMWARE_DIRS = ("/lib/firmware/nvidia/{version}", "/usr/lib/firmware/nvidia/{version}")
+
+
+@dataclass(frozen=True)
+class Library:
+    """A driver library: ``path`` is where it lies under the driver root (and in the container)."""
+
+    path: str
+    soname: str
+    capability: str
+    arch: str
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    gpu_index: int
+    index: int
+    gi: int
+    ci: int
+    gi_cap_minor: int
+    ci_cap_minor: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpu_index}:{self.index}"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    minor: int
+    uuid: str
+    bus_id: str
+    model: str
+    migs: tuple[MigDevice, ...] = field(default=(), compare=False)
+
+    @property
+    def mig_enabled(self) -> bool:
+        return bool(self.migs)
+
+    @property
+    def device_path(self) -> str:
+        return f"/dev/nvidia{self.minor}"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A character device node of the driver, as a container should see it."""
+
+    path: str
+    major: int
+    minor: int
+    host_path: str
+    file_mode: int | None = None
+
+
+class Driver:
+    """The driver installation under the three roots; every fact is read on first use."""
+
+    def __init__(self, driver_root: str = "/", dev_root: str = "/", proc_root: str = "/proc",
+                 ldcache: str | None = None):
+        self.driver_root = driver_root or "/"
+        self.dev_root = dev_root or "/"
+        self.proc_root = proc_root or "/proc"
+        self._ldcache = ldcache or "/etc/ld.so.cache"
+
+    @classmethod
+    def from_config(cls, config) -> Driver:
+        return cls(config.driver_root, config.dev_root, config.proc_root,
+                   config.get("nvidia-container-cli.ldcache") or None)
+
+    # --- paths ---
+    def host_path(self, path: str) -> str:
+        """A driver-root path as seen from the host."""
+        return _join(self.driver_root, path)
+
+    def dev_host_path(self, path: str) -> str:
+        return _join(self.dev_root, path)
+
+    # --- the kernel module ---
+    @functools.cached_property
+    def version(self) -> str:
+        return procfs.driver_version(self.proc_root)
+
+    @functools.cached_property
+    def majors(self) -> dict[str, int]:
+        return procfs.char_majors(self.proc_root)
+
+    @functools.cached_property
+    def gpus(self) -> tuple[Gpu, ...]:
+        infos = [g for g in procfs.gpus(self.proc_root) if not g.excluded]
+        minors = None
+        out = []
+        for index, info in enumerate(infos):
+            instances = procfs.mig_instances(self.proc_root, info.minor)
+            migs = []
+            if instances:
+                if minors is None:
+                    minors = procfs.mig_minors(self.proc_root)
+                for i, inst in enumerate(instances):
+                    gi_key = f"gpu{inst.gpu_minor}/gi{inst.gi}/access"
+                    ci_key = f"gpu{inst.gpu_minor}/gi{inst.gi}/ci{inst.ci}/access"
+                    gi_minor = minors.get(gi_key, 3 + 135 * inst.gpu_minor + 9 * inst.gi)
+                    migs.append(MigDevice(index, i, inst.gi, inst.ci, gi_minor,
+                                          minors.get(ci_key, gi_minor + 1 + inst.ci)))
+            out.append(Gpu(index, info.minor, info.uuid, info.bus_id, info.model, tuple(migs)))
+        return tuple(out)
+
+    # --- device nodes ---
+    def gpu_node(self, gpu: Gpu) -> Node:
+        return self._node(gpu.device_path, NVIDIA_MAJOR, gpu.minor)
+
+    def control_nodes(self) -> list[Node]:
+        """nvidiactl, uvm, uvm-tools and modeset, where the module provides them."""
+        out = [self._node("/dev/nvidiactl", NVIDIA_MAJOR, CTL_MINOR)]
+        uvm = self.majors.get("nvidia-uvm")
+        if uvm is not None:
+            out.append(self._node("/dev/nvidia-uvm", uvm, 0))
+            out.append(self._node("/dev/nvidia-uvm-tools", uvm, 1))
+        if os.path.exists(self.dev_host_path("/dev/nvidia-modeset")):
+            out.append(self._node("/dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR))
+        return out
+
+    def cap_node(self, minor: int) -> Node:
+        major = self.majors.get("nvidia-caps")
+        if major is None:
+            raise DriverError(f"{self.proc_root}/devices: no nvidia-caps major (MIG needs the nvidia-caps device)")
+        return self._node(f"/dev/nvidia-caps/nvidia-cap{minor}", major, minor, default_mode=0o444)
+
+    def imex_channel_node(self, channel: int) -> Node:
+        major = self.majors.get("nvidia-caps-imex-channels")
+        if major is None:
+            raise DriverError(
+                f"{self.proc_root}/devices: no nvidia-caps-imex-channels major (IMEX channels requested)")
+        return self._node(f"/dev/nvidia-caps-imex-channels/channel{channel}", major, channel)
+
+    def glob_nodes(self, *patterns: str) -> list[Node]:
+        """Existing character devices matching ``patterns`` under the device root (gated features)."""
+        out = []
+        for pattern in patterns:
+            for host in sorted(glob.glob(self.dev_host_path(pattern))):
+                try:
+                    st = os.stat(host)
+                except OSError:
+                    continue
+                if stat.S_ISCHR(st.st_mode):
+                    path = "/" + os.path.relpath(host, self.dev_root)
+                    out.append(Node(path, os.major(st.st_rdev), os.minor(st.st_rdev), host,
+                                    stat.S_IMODE(st.st_mode)))
+        return out
+
+    def drm_nodes(self, gpu: Gpu) -> list[Node]:
+        """The DRM card and render nodes of one GPU, through udev's by-path links."""
+        out = []
+        for suffix in ("card", "render"):
+            link = self.dev_host_path(f"/dev/dri/by-path/pci-{gpu.bus_id}-{suffix}")
+            if not os.path.islink(link):
+                continue
+            target = os.path.normpath(os.path.join(os.path.dirname(link), os.readlink(link)))
+            out.extend(n for n in self.glob_nodes("/" + os.path.relpath(target, self.dev_root)))
+        return out
+
+    def _node(self, path: str, major: int, minor: int, default_mode: int = 0o666) -> Node:
+        host = self.dev_host_path(path)
+        try:
+            mode = stat.S_IMODE(os.stat(host).st_mode)
+        except OSError:
+            mode = default_mode
+        return Node(path, major, minor, host, mode)
+
+    # --- files under the driver root ---
+    @functools.cached_property
+    def _cache_entries(self):
+        from nvct import ldcache
+
+        return ldcache.load(self.host_path(self._ldcache))
+
+    @functools.cached_property
+    def all_libraries(self) -> tuple[Library, ...]:
+        """Every driver library the ld cache lists, for every capability and arch."""
+        version = self.version
+        seen: set[str] = set()
+        out = []
+        for entry in self._cache_entries:
+            base = entry.key.split(".so", 1)[0] + ".so"
+            capability = _LIBRARY_CAPABILITY.get(base)
+            if capability is None or entry.arch not in ("x86_64", "i386"):
+                continue
+            real = resolve_in_root(self.driver_root, entry.value)
+            if real is None or real in seen or not real.endswith("." + version):
+                continue
+            seen.add(real)
+            out.append(Library(real, entry.key, capability, entry.arch))
+        out.sort(key=lambda lib: (lib.arch != "x86_64", lib.path))
+        return tuple(out)
+
+    def libraries(self, capabilities, *, compat32: bool = False) -> list[Library]:
+        wanted = set(capabilities)
+        return [lib for lib in self.all_libraries
+                if lib.capability in wanted and (lib.arch == "x86_64" or compat32)]
+
+    def binaries(self, capabilities) -> list[str]:
+        out = []
+        for cap in capabilities:
+            for name in BINARIES.get(cap, ()):
+                for d in _BIN_DIRS:
+                    path = f"{d}/{name}"
+                    if os.path.isfile(self.host_path(path)):
+                        out.append(path)
+                        break
+        return out
+
+    def ipc(self, capabilities) -> list[str]:
+        out = []
+        for cap in capabilities:
+            for path in IPC.get(cap, ()):
+                if os.path.exists(self.host_path(path)):
+                    out.append(path)
+        return out
+
+    def firmware(self) -> list[str]:
+        out = []
+        for pattern in _FIRMWARE_DIRS:
+            d = pattern.format(version=self.version)
+            try:
+                names = sorted(os.listdir(self.host_path(d)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            out.extend(f"{d}/{n}" for n in names if n.endswith(".bin"))
+            if out:
+                break
+        return out
+
+    def graphics_files(self, capability: str) -> list[str]:
+        out = []
+        for pattern in GRAPHICS_FILES.get(capability, ()):
+            path = pattern.format(version=self.version)
+            if os.path.exists(self.host_path(path)):
+                out.append(path)
+        return out
+
+    def vdpau_libraries(self) -> list[str]:
+        """libvdpau_nvidia is not in the ld cache; it lives in a ``vdpau/`` subdir."""
+        out = []
+        for d in ("/usr/lib/x86_64-linux-gnu/vdpau", "/usr/lib64/vdpau", "/usr/lib/vdpau"):
+            path = f"{d}/libvdpau_nvidia.so.{self.version}"
+            if os.path.isfile(self.host_path(path)):
+                out.append(path)
+        return out
+
+    # --- NVML, only for what procfs cannot tell ---
+    def nvml(self):
+        from nvct import nvml
+
+        path = nvml.find_library(self.driver_root, self._cache_entries)
+        if path is None:
+            raise DriverError(f"{self.driver_root}: libnvidia-ml.so.1 not found")
+        return nvml.Nvml(path)
+
+    @functools.cached_property
+    def mig_uuids(self) -> dict[str, tuple[int, int]]:
+        """MIG UUID -> (gpu index, mig index); empty when no GPU has MIG devices."""
+        if not any(g.migs for g in self.gpus):
+            return {}
+        out = {}
+        with self.nvml() as nvml:
+            for gpu in self.gpus:
+                if not gpu.migs:
+                    continue
+                by_ids = {(m.gi, m.ci): m.index for m in gpu.migs}
+                for info in nvml.mig_devices(nvml.handle_by_uuid(gpu.uuid)):
+                    if (info.gi, info.ci) in by_ids:
+                        out[info.uuid] = (gpu.index, by_ids[(info.gi, info.ci)])
+        return out
+
+    def requirement_facts(self, gpus: list[Gpu], need_cuda: bool, need_devices: bool):
+        """Facts for NVIDIA_REQUIRE_* checks; NVML is asked only when a condition needs it."""
+        from nvct.requirements import DriverFacts
+
+        cuda = None
+        devices = []
+        if need_cuda or (need_devices and gpus):
+            with self.nvml() as nvml:
+                if need_cuda:
+                    cuda = nvml.cuda_driver_version()
+                if need_devices:
+                    for gpu in gpus:
+                        h = nvml.handle_by_uuid(gpu.uuid)
+                        devices.append((nvml.compute_capability(h), nvml.brand(h)))
+        return DriverFacts(cuda=cuda, driver=self.version, devices=devices)
+
+
+def resolve_in_root(root: str, path: str, _hops: int = 40) -> str | None:
+    """Follow symlinks of ``path`` as if ``root`` were ``/``; the result is root-relative.
+
+    The driver root is trusted, but its links are absolute from its own point
+    of view (``/usr/lib/...``), so os.path.realpath would leave it.
+    """
+    parts = [p for p in path.split("/") if p and p != "."]
+    resolved: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        current = "/" + "/".join(resolved + [part])
+        try:
+            target = os.readlink(_join(root, current))
+        except FileNotFoundError:
+            return None
+        except OSError:
+            resolved.append(part)
+            continue
+        _hops -= 1
+        if _hops < 0:
+            return None
+        if target.startswith("/"):
+            resolved = []
+        parts = [p for p in target.split("/") if p and p != "."] + parts
+    result = "/" + "/".join(resolved)
+    return result if os.path.exists(_join(root, result)) else None
+
+
+def _join(root: str, path: str) -> str:
+    if root in ("", "/"):
+        return path if path.startswith("/") else "/" + path
+    return root.rstrip("/") + "/" + path.lstrip("/")

@@ -1,0 +1,79 @@
+"""``nvidia-container-runtime-hook``: the prestart hook of legacy mode and ``docker --gpus``.
+
+``prestart`` reads the OCI state on stdin, resolves request + driver ->
+edits, and realizes them inside the container; ``poststart`` and
+``poststop`` have nothing to do. The environment is never the image's
+(docker gives dockerd's, hooks.d and the shim give a fixed one), and it is
+sanitized anyway before anything runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from nvct import privileges
+
+    privileges.sanitize_environ()
+    stage = next((a for a in argv if not a.startswith("-")), None)
+    if stage in ("poststart", "poststop"):
+        return 0
+    if stage != "prestart":
+        sys.stderr.write("usage: nvidia-container-runtime-hook [--config FILE] prestart|poststart|poststop\n")
+        return 2
+    from nvct.errors import NvctError
+
+    try:
+        _prestart(_option(argv, "--config"))
+    except NvctError as e:
+        sys.stderr.write(f"nvidia-container-runtime-hook: {e}\n")
+        return 1
+    return 0
+
+
+def _prestart(config_path: str | None) -> None:
+    start = time.monotonic()
+    from nvct import config as config_mod, log, ocispec, realize, request as request_mod
+    from nvct.hooks.container import read_state
+
+    config = config_mod.load(config_path)
+    log.setup(config.get("nvidia-container-runtime.log-level") or "info",
+              config.get("nvidia-container-cli.debug") or config.get("nvidia-container-runtime.debug"))
+    state = read_state(sys.stdin)
+    bundle = state.get("bundle") or state.get("bundlePath")
+    if not bundle:
+        from nvct.errors import SpecError
+
+        raise SpecError("OCI state on stdin names no bundle")
+    spec = ocispec.load(bundle)
+    request = request_mod.from_spec(spec, config)
+    if not request.is_gpu:
+        log.logger.debug("no GPU requested; nothing to do")
+        return
+    pid = state.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        from nvct.errors import SpecError
+
+        raise SpecError("OCI state on stdin has no container pid")
+    result = realize.legacy(request, config, spec, bundle, pid)
+    log.logger.info("container start", extra={"fields": {
+        "id": state.get("id"), "mode": "legacy-hook", "devices": list(request.devices or ()),
+        "capabilities": list(request.capabilities), "nodes": len(result.device_nodes),
+        "mounts": len(result.mounts), "ms": round((time.monotonic() - start) * 1000, 1),
+    }})
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

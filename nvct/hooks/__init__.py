@@ -1,0 +1,46 @@
+"""``nvct hook <name>``: the steps that run inside a starting container.
+
+jit-cdi specs and CDI specs name these as createContainer hooks; the legacy
+prestart hook runs the same steps in-process. Names and arguments follow the
+reference (``nvidia-ctk hook ...``). ``chain`` runs several in one process,
+because every hook process costs an interpreter start on each container start.
+An unknown hook warns and exits 0, so a spec from a newer nvct never breaks a start.
+
+No click here: this runs on every container start.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from nvct.errors import NvctError
+
+
+def main(argv: list[str]) -> int:
+    from nvct import privileges
+
+    privileges.sanitize_environ()
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(_usage())
+        return 0 if argv else 2
+    try:
+        from nvct.hooks import container, steps
+
+        ctx = container.from_state(sys.stdin)
+        if argv[0] == "chain":
+            steps.run_chain(argv[1:], ctx)
+        else:
+            steps.run_chain(argv, ctx)
+    except NvctError as e:
+        sys.stderr.write(f"nvct hook {argv[0]}: {e}\n")
+        return 1
+    return 0
+
+
+def _usage() -> str:
+    from nvct.hooks.steps import STEPS
+
+    names = ", ".join(sorted(STEPS))
+    return (f"usage: nvct hook <name> [args...]\n"
+            f"       nvct hook chain <name> [args...] [-- <name> [args...]]...\n"
+            f"hooks: {names}\n")

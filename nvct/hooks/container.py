@@ -1,0 +1,50 @@
+"""Which container a hook acts on, from the OCI state on stdin."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from nvct import ocispec
+from nvct.errors import SpecError
+
+
+@dataclass
+class HookContext:
+    """The container's root and spec, plus what earlier steps of a chain found."""
+
+    rootfs: str
+    bundle: str | None = None
+    pid: int | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+    extra_folders: list[str] = field(default_factory=list)
+
+
+def read_state(stream: IO[str]) -> dict[str, Any]:
+    try:
+        state = json.loads(stream.read() or "null")
+    except ValueError as e:
+        raise SpecError(f"OCI state on stdin is not JSON: {e}") from None
+    if not isinstance(state, dict):
+        raise SpecError("OCI state on stdin is not a JSON object")
+    return state
+
+
+def from_state(stream: IO[str]) -> HookContext:
+    """Find the rootfs: crun gives ``root``; runc only the bundle (``bundlePath`` when old)."""
+    state = read_state(stream)
+    bundle = state.get("bundle") or state.get("bundlePath")
+    spec: dict[str, Any] = {}
+    if bundle:
+        spec = ocispec.load(bundle)
+    root = state.get("root")
+    if root:
+        rootfs = os.path.normpath(os.path.join(bundle or "/", root))
+    elif bundle:
+        rootfs = ocispec.rootfs(spec, bundle)
+    else:
+        raise SpecError("OCI state on stdin names no bundle")
+    pid = state.get("pid")
+    return HookContext(rootfs=rootfs, bundle=bundle, pid=pid if isinstance(pid, int) else None, spec=spec)

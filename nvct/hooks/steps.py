@@ -1,0 +1,165 @@
+"""The in-container steps, each working only through the container's Rootfs.
+
+Every path comes from the spec nvct wrote, but the rootfs itself belongs to
+the image, so all file operations go through :class:`nvct.rootfs.Rootfs`,
+which cannot be led outside the root by a symlink.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Callable
+
+from nvct.errors import NvctError
+from nvct.hooks.container import HookContext
+
+_COMPAT_DIR = "/usr/local/cuda/compat"
+_COMPAT_CONF = "/etc/ld.so.conf.d/00-compat-nvct.conf"
+_VERSION_RE = re.compile(r"^libcuda\.so\.(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+def run_chain(args: list[str], ctx: HookContext) -> None:
+    """Run ``name args... [-- name args...]...`` in order."""
+    for step in _split(args):
+        name, rest = step[0], step[1:]
+        fn = STEPS.get(name)
+        if fn is None:
+            sys.stderr.write(f"nvct hook: unknown hook {name!r}, ignored (from a newer nvct?)\n")
+            continue
+        fn(_Args(name, rest), ctx)
+
+
+def _split(args: list[str]) -> list[list[str]]:
+    steps: list[list[str]] = [[]]
+    for arg in args:
+        if arg == "--":
+            steps.append([])
+        else:
+            steps[-1].append(arg)
+    return [s for s in steps if s]
+
+
+class _Args:
+    """``--name value`` pairs (repeatable) and ``--flag`` switches of one step."""
+
+    def __init__(self, hook: str, argv: list[str]):
+        self.hook = hook
+        self.values: dict[str, list[str]] = {}
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            if not arg.startswith("--"):
+                raise NvctError(f"{hook}: unexpected argument {arg!r}")
+            name, eq, value = arg[2:].partition("=")
+            if not eq:
+                if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    i += 1
+                    value = argv[i]
+                else:
+                    value = "true"
+            self.values.setdefault(name, []).append(value)
+            i += 1
+
+    def all(self, name: str) -> list[str]:
+        return self.values.get(name, [])
+
+    def one(self, name: str, default: str | None = None) -> str | None:
+        values = self.values.get(name)
+        return values[-1] if values else default
+
+
+def create_symlinks(args: _Args, ctx: HookContext) -> None:
+    """``--link target::linkpath``: the SONAME and dev links of the driver libraries."""
+    from nvct.rootfs import Rootfs
+
+    links = args.all("link")
+    if not links:
+        return
+    with Rootfs(ctx.rootfs) as root:
+        for spec in links:
+            target, sep, link = spec.partition("::")
+            if not sep or not target or not link.startswith("/"):
+                raise NvctError(f"create-symlinks: invalid --link {spec!r} (expected target::/abs/link)")
+            root.symlink(target, link)
+
+
+def enable_cuda_compat(args: _Args, ctx: HookContext) -> None:
+    """Prefer the image's CUDA forward-compat libcuda when it is newer than the host driver."""
+    from nvct.rootfs import Rootfs
+
+    host = _major(args.one("host-driver-version") or "")
+    if host is None:
+        return
+    with Rootfs(ctx.rootfs) as root:
+        if not root.exists(_COMPAT_DIR):
+            return
+        best = None
+        for name in root.listdir(_COMPAT_DIR):
+            m = _VERSION_RE.match(name)
+            if m and (best is None or int(m.group(1)) > best):
+                best = int(m.group(1))
+        if best is None or best <= host:
+            return
+        folder = root.realpath(_COMPAT_DIR)
+        ctx.extra_folders.insert(0, folder)
+        root.write_file(_COMPAT_CONF, (folder + "\n").encode(), 0o644, replace=True)
+
+
+def update_ldcache(args: _Args, ctx: HookContext) -> None:
+    """Add ``--folder`` dirs to the container's ld.so.conf.d and run the host's static ldconfig."""
+    from nvct import ldconfig
+
+    folders = ctx.extra_folders + [f for f in args.all("folder") if f not in ctx.extra_folders]
+    ldconfig.update_ldcache(ctx.rootfs, folders, ldconfig=args.one("ldconfig-path") or ldconfig.DEFAULT)
+
+
+def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
+    """Mask the driver's params with ``ModifyDeviceFiles: 0`` so libcuda never mknods in the container."""
+    from nvct.rootfs import Rootfs
+
+    target = "/proc/driver/nvidia/params"
+    with Rootfs(ctx.rootfs) as root:
+        if not root.exists(target):
+            return
+        current = root.read_file(target).decode(errors="replace")
+        if "ModifyDeviceFiles: 0" in current:
+            return
+        lines = [("ModifyDeviceFiles: 0" if line.startswith("ModifyDeviceFiles:") else line)
+                 for line in current.splitlines()]
+        fd = os.memfd_create("nvct-params", 0)
+        try:
+            os.write(fd, ("\n".join(lines) + "\n").encode())
+            root.bind_mount(f"/proc/self/fd/{fd}", target, readonly=True)
+        finally:
+            os.close(fd)
+
+
+def chmod(args: _Args, ctx: HookContext) -> None:
+    """``--mode`` (octal) on each ``--path``: e.g. device dirs that runc made 0700."""
+    from nvct.rootfs import Rootfs
+
+    raw = args.one("mode")
+    try:
+        mode = int(raw or "", 8)
+    except ValueError:
+        raise NvctError(f"chmod: invalid --mode {raw!r} (expected octal, e.g. 755)") from None
+    with Rootfs(ctx.rootfs) as root:
+        for path in args.all("path"):
+            if root.exists(path):
+                root.chmod(path, mode)
+
+
+def _major(version: str) -> int | None:
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
+    "create-symlinks": create_symlinks,
+    "enable-cuda-compat": enable_cuda_compat,
+    "update-ldcache": update_ldcache,
+    "disable-device-node-modification": disable_device_node_modification,
+    "chmod": chmod,
+}

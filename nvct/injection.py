@@ -1,0 +1,215 @@
+"""Request + driver -> edits: everything a GPU container gets, and why.
+
+Two halves, so that a CDI spec can carry them apart: ``device_edits`` for
+one GPU or MIG device (its nodes), and ``common_edits`` for what every GPU
+container of given capabilities shares (control nodes, libraries, binaries,
+sockets, firmware, and the in-container hook). ``container_edits`` joins them
+for one request. Container paths are the host paths under the driver root,
+as the reference chooses them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from nvct.devices import Selection, select
+from nvct.driver import Driver, Gpu, MigDevice, Node
+from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
+from nvct.errors import NvctError, RequestError
+from nvct.request import Request
+
+RO_MOUNT = ("ro", "nosuid", "nodev", "rbind", "rprivate")
+IPC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
+RW_MOUNT = ("nosuid", "nodev", "noexec", "rbind", "rprivate")
+
+#: Dev links the reference creates beside the SONAME links.
+_DEV_LINKS = {"libcuda.so.1": "libcuda.so", "libnvidia-opticalflow.so.1": "libnvidia-opticalflow.so"}
+_GLX_INDIRECT = ("libGLX_nvidia.so.0", "libGLX_indirect.so.0")
+
+#: Extra device classes switched on by NVIDIA_GDS and friends: (device globs, files to mount).
+GATED = {
+    "gds": (("/dev/nvidia-fs*",), ("/etc/cufile.json", "/run/udev")),
+    "mofed": (("/dev/infiniband/uverbs*", "/dev/infiniband/rdma_cm"), ()),
+    "nvswitch": (("/dev/nvidia-nvswitchctl", "/dev/nvidia-nvswitch*"), ()),
+    "gdrcopy": (("/dev/gdrdrv",), ()),
+}
+
+
+def container_edits(request: Request, driver: Driver, config, *, hook_path: str | None = None) -> ContainerEdits:
+    """All edits for one GPU request (devices, then what they share)."""
+    if not request.is_gpu:
+        return ContainerEdits()
+    default_kind = config.get("nvidia-container-runtime.modes.cdi.default-kind") or "nvidia.com/gpu"
+    selection = select(request.devices or (), driver, default_kind=default_kind)
+    edits = ContainerEdits()
+    for gpu in selection.gpus:
+        edits.extend(gpu_edits(driver, gpu, request.capabilities))
+    for gpu, mig in selection.migs:
+        edits.extend(mig_edits(driver, gpu, mig, request.capabilities))
+    edits.extend(_mig_management_edits(request, driver))
+    edits.extend(_imex_edits(request, driver))
+    for feature in sorted(request.features):
+        edits.extend(gated_edits(driver, feature))
+    edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config)))
+    return edits
+
+
+def selection_for(request: Request, driver: Driver, config) -> Selection:
+    default_kind = config.get("nvidia-container-runtime.modes.cdi.default-kind") or "nvidia.com/gpu"
+    return select(request.devices or (), driver, default_kind=default_kind)
+
+
+def gpu_edits(driver: Driver, gpu: Gpu, capabilities=()) -> ContainerEdits:
+    """One whole GPU: its device node, and its DRM nodes for graphics/display."""
+    edits = ContainerEdits(device_nodes=[_device(driver.gpu_node(gpu), f"GPU {gpu.index} ({gpu.uuid})")])
+    if "graphics" in capabilities or "display" in capabilities:
+        edits.device_nodes.extend(_device(n, f"DRM node of GPU {gpu.index}") for n in driver.drm_nodes(gpu))
+    return edits
+
+
+def mig_edits(driver: Driver, gpu: Gpu, mig: MigDevice, capabilities=()) -> ContainerEdits:
+    """A MIG device: the parent GPU's node plus its GPU- and compute-instance access nodes."""
+    why = f"MIG device {mig.name} (GPU {gpu.index}, GI {mig.gi}, CI {mig.ci})"
+    return ContainerEdits(device_nodes=[
+        _device(driver.gpu_node(gpu), f"parent GPU of {why}"),
+        _device(driver.cap_node(mig.gi_cap_minor), f"GPU-instance access of {why}"),
+        _device(driver.cap_node(mig.ci_cap_minor), f"compute-instance access of {why}"),
+    ])
+
+
+def common_edits(driver: Driver, capabilities, *, hook_path: str) -> ContainerEdits:
+    """What every GPU container with ``capabilities`` gets, whichever GPUs it has."""
+    caps = set(capabilities)
+    edits = ContainerEdits()
+    edits.device_nodes.extend(_device(n, "driver control node") for n in driver.control_nodes())
+
+    libraries = driver.libraries(caps, compat32="compat32" in caps)
+    for lib in libraries:
+        edits.mounts.append(Mount(driver.host_path(lib.path), lib.path, "bind", RO_MOUNT,
+                                  reason=f"{lib.capability} library ({lib.arch})"))
+    if "video" in caps:
+        for path in driver.vdpau_libraries():
+            edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="video library (VDPAU)"))
+    for path in driver.binaries(sorted(caps)):
+        edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="driver utility"))
+    for path in driver.ipc(sorted(caps)):
+        options = RW_MOUNT if path == "/tmp/nvidia-mps" else IPC_MOUNT
+        edits.mounts.append(Mount(driver.host_path(path), path, "bind", options, reason="driver IPC"))
+    for path in driver.firmware():
+        edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="GSP firmware"))
+    for cap in ("graphics", "display"):
+        if cap in caps:
+            for path in driver.graphics_files(cap):
+                edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason=f"{cap} config"))
+
+    steps = in_container_steps(driver, libraries, caps)
+    if steps:
+        edits.hooks.append(Hook("createContainer", hook_path, tuple(["nvct", "hook", "chain"] + steps),
+                                reason="symlinks and ld cache inside the container"))
+    return edits
+
+
+def in_container_steps(driver: Driver, libraries, caps) -> list[str]:
+    """The hook chain: create-symlinks, enable-cuda-compat, update-ldcache (one process)."""
+    links = []
+    folders: list[str] = []
+    names = set()
+    for lib in libraries:
+        folder, name = os.path.split(lib.path)
+        names.add(lib.soname)
+        if folder not in folders:
+            folders.append(folder)
+        if lib.soname != name:
+            links.append(f"{name}::{folder}/{lib.soname}")
+        dev = _DEV_LINKS.get(lib.soname)
+        if dev and lib.arch == "x86_64":
+            links.append(f"{lib.soname}::{folder}/{dev}")
+        if lib.soname == _GLX_INDIRECT[0] and lib.arch == "x86_64":
+            links.append(f"{lib.soname}::{folder}/{_GLX_INDIRECT[1]}")
+    steps: list[list[str]] = []
+    if links:
+        steps.append(["create-symlinks"] + [a for link in links for a in ("--link", link)])
+    if "compute" in caps:
+        steps.append(["enable-cuda-compat", "--host-driver-version", driver.version])
+    if folders:
+        steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)])
+    return join_steps(steps)
+
+
+def join_steps(steps: list[list[str]]) -> list[str]:
+    """``nvct hook chain`` arguments: hook invocations separated by ``--``."""
+    out: list[str] = []
+    for step in steps:
+        if out:
+            out.append("--")
+        out.extend(step)
+    return out
+
+
+def gated_edits(driver: Driver, feature: str) -> ContainerEdits:
+    globs, files = GATED[feature]
+    why = f"NVIDIA_{feature.upper()}=enabled"
+    edits = ContainerEdits(device_nodes=[_device(n, why) for n in driver.glob_nodes(*globs)])
+    for path in files:
+        if os.path.exists(driver.host_path(path)):
+            edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason=why))
+    return edits
+
+
+def _mig_management_edits(request: Request, driver: Driver) -> ContainerEdits:
+    edits = ContainerEdits()
+    for ids, minor, what in ((request.mig_config, 1, "NVIDIA_MIG_CONFIG_DEVICES"),
+                             (request.mig_monitor, 2, "NVIDIA_MIG_MONITOR_DEVICES")):
+        if not ids:
+            continue
+        selection = select(ids, driver, what=what)
+        for gpu in selection.all_parents():
+            edits.device_nodes.append(_device(driver.gpu_node(gpu), f"{what}: GPU {gpu.index}"))
+        mode = 0o400 if minor == 1 else 0o444
+        node = driver.cap_node(minor)
+        edits.device_nodes.append(DeviceNode(node.path, node.major, node.minor, host_path=node.host_path,
+                                             file_mode=node.file_mode or mode, reason=what))
+    return edits
+
+
+def _imex_edits(request: Request, driver: Driver) -> ContainerEdits:
+    edits = ContainerEdits()
+    for channel in request.imex_channels:
+        node = driver.imex_channel_node(int(channel))
+        if not os.path.exists(node.host_path):
+            raise RequestError(f"NVIDIA_IMEX_CHANNELS: IMEX channel {channel} does not exist ({node.host_path})")
+        edits.device_nodes.append(_device(node, f"IMEX channel {channel}"))
+    return edits
+
+
+def _device(node: Node, reason: str) -> DeviceNode:
+    return DeviceNode(node.path, node.major, node.minor, host_path=node.host_path,
+                      file_mode=node.file_mode, reason=reason)
+
+
+def hook_executable(config) -> str:
+    """The absolute path of the ``nvct`` executable that in-container hooks run.
+
+    ``nvct.path`` in the config wins; else the ``nvct`` beside the running
+    program (its package's bin dir), else the one on PATH.
+    """
+    configured = config.get("nvct.path")
+    if configured:
+        if not os.path.isabs(configured):
+            found = shutil.which(configured)
+            if not found:
+                raise NvctError(f"nvct.path: {configured!r} not found on PATH")
+            return found
+        return configured
+    here = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or "")), "nvct")
+    if os.path.isfile(here) and os.access(here, os.X_OK):
+        return here
+    beside_python = os.path.join(os.path.dirname(sys.executable), "nvct")
+    if os.path.isfile(beside_python):
+        return beside_python
+    found = shutil.which("nvct")
+    if found:
+        return os.path.abspath(found)
+    raise NvctError("cannot find the nvct executable for in-container hooks; set nvct.path in the config")

@@ -1,0 +1,113 @@
+"""How the shim changes a GPU container's spec, per ``nvidia-container-runtime.mode``.
+
+* ``legacy``: insert the prestart hook, which does the work inside the container;
+* ``jit-cdi``: compute the edits now and write them into the spec;
+* ``cdi``: resolve the requested CDI device names from the spec dirs;
+* ``auto``: ``cdi`` when every requested device is a CDI name, else ``jit-cdi``.
+
+``nvct explain`` calls the same functions, so what it prints is what the shim does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from nvct import ocispec
+from nvct.edits import ContainerEdits, Hook
+from nvct.errors import NvctError
+from nvct.request import VISIBLE_DEVICES, Request
+
+HOOK_NAME = "nvidia-container-runtime-hook"
+
+
+@dataclass
+class Modification:
+    """What the shim did to one spec, for the log line and ``nvct explain``."""
+
+    mode: str
+    why: str
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
+    devices: tuple[str, ...] = ()
+
+
+def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
+    """The mode to use and why."""
+    if configured == "auto":
+        if request.only_cdi_devices:
+            return "cdi", "auto: every requested device is a CDI name"
+        return "jit-cdi", "auto: devices requested by id, edits computed at create time"
+    if configured == "csv":
+        raise NvctError("nvidia-container-runtime.mode: 'csv' (Tegra) is not supported by nvct")
+    return configured, f"configured mode {configured!r}"
+
+
+def modify(spec: dict[str, Any], request: Request, config, *, driver=None) -> Modification:
+    """Change ``spec`` in place for ``request``; the caller saves it."""
+    mode, why = resolve_mode(config.mode, request)
+    if mode == "legacy":
+        return _legacy(spec, config, why)
+    if mode == "cdi":
+        from nvct.cdi import modes as cdi_modes
+
+        edits = cdi_modes.edits_for(request, config)
+        _apply(spec, edits)
+        return Modification("cdi", why, edits, request.devices or ())
+    from nvct import injection
+    from nvct.driver import Driver
+
+    driver = driver or Driver.from_config(config)
+    edits = injection.container_edits(request, driver, config)
+    check_requirements(request, driver, config)
+    edits.env.append(f"{VISIBLE_DEVICES}=void")
+    _apply(spec, edits)
+    return Modification("jit-cdi", why, edits, request.devices or ())
+
+
+def _apply(spec: dict[str, Any], edits: ContainerEdits) -> None:
+    ocispec.remove_nvidia_hooks(spec)
+    ocispec.apply_edits(spec, edits)
+
+
+def _legacy(spec: dict[str, Any], config, why: str) -> Modification:
+    if ocispec.has_nvidia_hook(spec):
+        return Modification("legacy", why + "; an NVIDIA prestart hook is already present")
+    env = []
+    if config.path:
+        env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
+    hook = Hook("prestart", legacy_hook_path(config), (HOOK_NAME, "prestart"), tuple(env),
+                reason="legacy mode: the hook injects the GPU inside the container")
+    ocispec.add_hook(spec, hook)
+    return Modification("legacy", why, ContainerEdits(hooks=[hook]))
+
+
+def legacy_hook_path(config) -> str:
+    """``nvidia-container-runtime-hook.path`` as an absolute path (beside us, else PATH)."""
+    configured = config.get("nvidia-container-runtime-hook.path") or HOOK_NAME
+    if os.path.isabs(configured):
+        return configured
+    beside = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or "")), configured)
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which(configured)
+    if found:
+        return os.path.abspath(found)
+    return os.path.join("/usr/bin", configured)
+
+
+def check_requirements(request: Request, driver, config) -> None:
+    """Stop the start when an ``NVIDIA_REQUIRE_*`` condition fails against this driver."""
+    if request.disable_require or not request.requirements:
+        return
+    from nvct import requirements
+    from nvct.injection import selection_for
+
+    exprs = " ".join(expr for _, expr in request.requirements)
+    need_cuda = "cuda" in exprs
+    need_devices = "arch" in exprs or "brand" in exprs
+    gpus = selection_for(request, driver, config).all_parents() if need_devices else []
+    facts = driver.requirement_facts(gpus, need_cuda, need_devices)
+    requirements.check(dict(request.env), facts, disable_require=request.disable_require)

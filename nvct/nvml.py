@@ -1,0 +1,159 @@
+"""A small ctypes binding of the few NVML calls nvct needs.
+
+nvidia-ml-py is not packaged in Debian, and nvct only needs what procfs
+cannot tell: MIG UUIDs, the CUDA driver version, architecture and brand.
+The library is loaded lazily, from the driver root, and only when one of
+those facts is asked for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+from nvct.errors import DriverError
+
+SUCCESS = 0
+ERROR_NOT_SUPPORTED = 3
+ERROR_NOT_FOUND = 6
+ERROR_FUNCTION_NOT_FOUND = 13
+
+_BRANDS = {
+    0: "unknown", 1: "quadro", 2: "tesla", 3: "nvs", 4: "grid", 5: "geforce", 6: "titan",
+    7: "nvidiavapps", 8: "nvidiavpc", 9: "nvidiavcs", 10: "nvidiavws", 11: "nvidiacloudgaming",
+    12: "quadrortx", 13: "nvidiartx", 14: "nvidia", 15: "geforcertx", 16: "titanrtx",
+}
+_ARCHS = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere",
+          8: "ada", 9: "hopper", 10: "blackwell"}
+
+
+@dataclass(frozen=True)
+class MigInfo:
+    index: int
+    uuid: str
+    gi: int
+    ci: int
+
+
+class Nvml:
+    """An initialized NVML; use as a context manager so nvmlShutdown always runs."""
+
+    def __init__(self, library_path: str):
+        try:
+            self._lib = ctypes.CDLL(library_path)
+        except OSError as e:
+            raise DriverError(f"{library_path}: cannot load NVML: {e}") from None
+        self._path = library_path
+        self._call("nvmlInit_v2")
+
+    def __enter__(self) -> Nvml:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._lib is not None:
+            self._lib.nvmlShutdown()
+            self._lib = None
+
+    def cuda_driver_version(self) -> str:
+        """CUDA version the driver supports, as "12.4"."""
+        v = ctypes.c_int()
+        self._call("nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(v), fallback="nvmlSystemGetCudaDriverVersion")
+        return f"{v.value // 1000}.{(v.value % 1000) // 10}"
+
+    def driver_version(self) -> str:
+        buf = ctypes.create_string_buffer(96)
+        self._call("nvmlSystemGetDriverVersion", buf, ctypes.c_uint(96))
+        return buf.value.decode()
+
+    def device_count(self) -> int:
+        n = ctypes.c_uint()
+        self._call("nvmlDeviceGetCount_v2", ctypes.byref(n))
+        return n.value
+
+    def handle_by_uuid(self, uuid: str) -> ctypes.c_void_p:
+        h = ctypes.c_void_p()
+        self._call("nvmlDeviceGetHandleByUUID", uuid.encode(), ctypes.byref(h))
+        return h
+
+    def handle_by_index(self, index: int) -> ctypes.c_void_p:
+        h = ctypes.c_void_p()
+        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(h))
+        return h
+
+    def uuid(self, handle) -> str:
+        buf = ctypes.create_string_buffer(96)
+        self._call("nvmlDeviceGetUUID", handle, buf, ctypes.c_uint(96))
+        return buf.value.decode()
+
+    def minor(self, handle) -> int:
+        v = ctypes.c_uint()
+        self._call("nvmlDeviceGetMinorNumber", handle, ctypes.byref(v))
+        return v.value
+
+    def compute_capability(self, handle) -> str:
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self._call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
+        return f"{major.value}.{minor.value}"
+
+    def brand(self, handle) -> str:
+        v = ctypes.c_int()
+        self._call("nvmlDeviceGetBrand", handle, ctypes.byref(v))
+        return _BRANDS.get(v.value, "unknown")
+
+    def architecture(self, handle) -> str:
+        v = ctypes.c_uint()
+        self._call("nvmlDeviceGetArchitecture", handle, ctypes.byref(v))
+        return _ARCHS.get(v.value, "unknown")
+
+    def mig_devices(self, handle) -> list[MigInfo]:
+        """The MIG devices of a GPU (empty when MIG is off or unsupported)."""
+        current, pending = ctypes.c_uint(), ctypes.c_uint()
+        rc = self._lib.nvmlDeviceGetMigMode(handle, ctypes.byref(current), ctypes.byref(pending))
+        if rc != SUCCESS or current.value != 1:
+            return []
+        count = ctypes.c_uint()
+        self._call("nvmlDeviceGetMaxMigDeviceCount", handle, ctypes.byref(count))
+        out = []
+        for i in range(count.value):
+            mig = ctypes.c_void_p()
+            rc = self._lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, ctypes.c_uint(i), ctypes.byref(mig))
+            if rc == ERROR_NOT_FOUND:
+                continue
+            self._check("nvmlDeviceGetMigDeviceHandleByIndex", rc)
+            gi, ci = ctypes.c_uint(), ctypes.c_uint()
+            self._call("nvmlDeviceGetGpuInstanceId", mig, ctypes.byref(gi))
+            self._call("nvmlDeviceGetComputeInstanceId", mig, ctypes.byref(ci))
+            out.append(MigInfo(len(out), self.uuid(mig), gi.value, ci.value))
+        return out
+
+    def _call(self, name: str, *args, fallback: str | None = None) -> None:
+        fn = getattr(self._lib, name, None)
+        if fn is None and fallback:
+            name, fn = fallback, getattr(self._lib, fallback, None)
+        if fn is None:
+            raise DriverError(f"{self._path}: NVML has no {name} (driver too old?)")
+        self._check(name, fn(*args))
+
+    def _check(self, name: str, rc: int) -> None:
+        if rc != SUCCESS:
+            err = self._lib.nvmlErrorString
+            err.restype = ctypes.c_char_p
+            raise DriverError(f"NVML {name} failed: {err(rc).decode(errors='replace')} (code {rc})")
+
+
+def find_library(driver_root: str, ldcache_entries=None) -> str | None:
+    """libnvidia-ml.so.1 under the driver root: through the ld cache, else the usual dirs."""
+    for entry in ldcache_entries or ():
+        if entry.key == "libnvidia-ml.so.1" and entry.arch == "x86_64":
+            path = os.path.join(driver_root, entry.value.lstrip("/"))
+            if os.path.exists(path):
+                return path
+    for d in ("usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib", "lib64"):
+        path = os.path.join(driver_root, d, "libnvidia-ml.so.1")
+        if os.path.exists(path):
+            return path
+    return None

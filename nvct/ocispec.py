@@ -1,0 +1,151 @@
+"""Read, edit and write an OCI bundle's config.json.
+
+The spec is kept as the plain JSON mapping it was read as, so fields nvct
+does not know survive untouched, and it is replaced atomically. Edits are
+applied with CDI's semantics: a device node also gets a device-cgroup allow
+rule, a mount or node replaces one at the same path, env is merged so no
+variable appears twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
+from nvct.errors import SpecError
+from nvct.fileutil import write_atomic
+
+#: Hook executables that mark a spec as already handled by an NVIDIA hook.
+NVIDIA_HOOK_NAMES = ("nvidia-container-runtime-hook", "nvidia-container-toolkit")
+
+
+def config_path(bundle: str) -> str:
+    return os.path.join(bundle, "config.json")
+
+
+def load(bundle: str) -> dict[str, Any]:
+    path = config_path(bundle)
+    try:
+        with open(path, "rb") as f:
+            spec = json.loads(f.read())
+    except FileNotFoundError:
+        raise SpecError(f"{path}: OCI spec not found") from None
+    except (OSError, ValueError) as e:
+        raise SpecError(f"{path}: cannot read OCI spec: {e}") from None
+    if not isinstance(spec, dict):
+        raise SpecError(f"{path}: OCI spec is not a JSON object")
+    return spec
+
+
+def save(bundle: str, spec: dict[str, Any]) -> None:
+    write_atomic(config_path(bundle), json.dumps(spec, separators=(",", ":")))
+
+
+def rootfs(spec: dict[str, Any], bundle: str) -> str:
+    """The absolute root filesystem path (root.path may be relative to the bundle)."""
+    root = (spec.get("root") or {}).get("path")
+    if not root:
+        raise SpecError(f"{config_path(bundle)}: root.path is missing")
+    return os.path.normpath(os.path.join(bundle, root))
+
+
+def apply_edits(spec: dict[str, Any], edits: ContainerEdits) -> None:
+    """Write ``edits`` into ``spec`` the way a CDI-aware runtime would."""
+    if edits.env:
+        process = spec.setdefault("process", {})
+        process["env"] = merge_env(process.get("env") or [], edits.env)
+    for node in edits.device_nodes:
+        _add_device(spec, node)
+    if edits.mounts:
+        mounts = spec.get("mounts") or []
+        targets = {m.container_path for m in edits.mounts}
+        mounts = [m for m in mounts if os.path.normpath(m.get("destination", "")) not in targets]
+        mounts.extend(_oci_mount(m) for m in edits.mounts)
+        spec["mounts"] = mounts
+    for hook in edits.hooks:
+        add_hook(spec, hook)
+    if edits.additional_gids:
+        user = spec.setdefault("process", {}).setdefault("user", {})
+        gids = list(user.get("additionalGids") or [])
+        for gid in edits.additional_gids:
+            if gid not in gids:
+                gids.append(gid)
+        user["additionalGids"] = gids
+
+
+def merge_env(env: list[str], extra: list[str]) -> list[str]:
+    """``extra`` overrides ``env`` by name; each name appears once, in first-seen order."""
+    merged: dict[str, str] = {}
+    for item in list(env) + list(extra):
+        merged[item.partition("=")[0]] = item
+    return list(merged.values())
+
+
+def add_hook(spec: dict[str, Any], hook: Hook, *, first: bool = False) -> None:
+    entry: dict[str, Any] = {"path": hook.path}
+    if hook.args:
+        entry["args"] = list(hook.args)
+    if hook.env:
+        entry["env"] = list(hook.env)
+    if hook.timeout is not None:
+        entry["timeout"] = hook.timeout
+    stage = spec.setdefault("hooks", {}).setdefault(hook.hook_name, [])
+    if first:
+        stage.insert(0, entry)
+    else:
+        stage.append(entry)
+
+
+def has_nvidia_hook(spec: dict[str, Any]) -> bool:
+    return any(_is_nvidia_hook(h) for h in (spec.get("hooks") or {}).get("prestart") or ())
+
+
+def remove_nvidia_hooks(spec: dict[str, Any]) -> int:
+    """Drop NVIDIA prestart hooks (cdi and jit-cdi modes do their work without them)."""
+    hooks = spec.get("hooks") or {}
+    prestart = hooks.get("prestart") or []
+    kept = [h for h in prestart if not _is_nvidia_hook(h)]
+    removed = len(prestart) - len(kept)
+    if removed:
+        if kept:
+            hooks["prestart"] = kept
+        else:
+            del hooks["prestart"]
+    return removed
+
+
+def _is_nvidia_hook(hook: Any) -> bool:
+    return isinstance(hook, dict) and os.path.basename(str(hook.get("path", ""))) in NVIDIA_HOOK_NAMES
+
+
+def _add_device(spec: dict[str, Any], node: DeviceNode) -> None:
+    linux = spec.setdefault("linux", {})
+    entry: dict[str, Any] = {"path": node.path, "type": node.type, "major": node.major, "minor": node.minor}
+    if node.file_mode is not None:
+        entry["fileMode"] = node.file_mode
+    if node.uid is not None:
+        entry["uid"] = node.uid
+    if node.gid is not None:
+        entry["gid"] = node.gid
+    devices = [d for d in linux.get("devices") or [] if d.get("path") != node.path]
+    devices.append(entry)
+    linux["devices"] = devices
+    rules = linux.setdefault("resources", {}).setdefault("devices", [])
+    rule = {"allow": True, "type": node.type, "major": node.major, "minor": node.minor,
+            "access": _access(node.permissions)}
+    if rule not in rules:
+        rules.append(rule)
+
+
+def _access(permissions: str) -> str:
+    # CDI's default access is "rwm"; our "rw" default means the same to runc plus mknod.
+    return "rwm" if permissions in ("", "rw") else permissions
+
+
+def _oci_mount(m: Mount) -> dict[str, Any]:
+    out: dict[str, Any] = {"destination": m.container_path, "type": m.type or "bind", "source": m.host_path}
+    if m.options:
+        out["options"] = list(m.options)
+    return out

@@ -1,0 +1,159 @@
+"""The NVIDIA kernel module's files under /proc, read without opening a device.
+
+On real hardware the first open of a GPU device node can stall for seconds,
+so GPUs and MIG devices are enumerated from these text files only. ``root``
+is the directory that stands for /proc (the host's, even when the driver
+itself lives in a driver container).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from nvct.errors import DriverError
+
+_VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)*)")
+_GI_RE = re.compile(r"^gi(\d+)$")
+_CI_RE = re.compile(r"^ci(\d+)$")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One ``gpus/<bus>/information`` file."""
+
+    bus_id: str
+    model: str
+    uuid: str
+    minor: int
+    excluded: bool = False
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """A MIG device as the caps tree shows it: GPU instance + compute instance."""
+
+    gpu_minor: int
+    gi: int
+    ci: int
+
+
+def driver_version(root: str) -> str:
+    """The kernel module's version from ``driver/nvidia/version``."""
+    path = os.path.join(root, "driver/nvidia/version")
+    text = _read(path)
+    m = _VERSION_RE.search(text)
+    if not m:
+        raise DriverError(f"{path}: no driver version found")
+    return m.group(1)
+
+
+def gpus(root: str) -> list[GpuInfo]:
+    """Every GPU the module knows, in PCI bus order (the order NVML indexes them)."""
+    base = os.path.join(root, "driver/nvidia/gpus")
+    try:
+        buses = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return []
+    out = []
+    for bus in buses:
+        path = os.path.join(base, bus, "information")
+        fields = parse_information(_read(path))
+        try:
+            minor = int(fields["Device Minor"])
+        except (KeyError, ValueError):
+            raise DriverError(f"{path}: no valid 'Device Minor' line") from None
+        out.append(GpuInfo(
+            bus_id=fields.get("Bus Location", bus).lower(),
+            model=fields.get("Model", ""),
+            uuid=fields.get("GPU UUID", ""),
+            minor=minor,
+            excluded=fields.get("GPU Excluded", "No") == "Yes",
+        ))
+    return out
+
+
+def parse_information(text: str) -> dict[str, str]:
+    """``Key: \\t value`` lines; keys keep their spaces, values are stripped."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def mig_instances(root: str, gpu_minor: int) -> list[MigInstance]:
+    """MIG devices of one GPU, in (GI, CI) order, from ``capabilities/gpu<minor>/mig``."""
+    base = os.path.join(root, f"driver/nvidia/capabilities/gpu{gpu_minor}/mig")
+    try:
+        entries = os.listdir(base)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for gi_name in entries:
+        gi = _GI_RE.match(gi_name)
+        if not gi:
+            continue
+        try:
+            ci_names = os.listdir(os.path.join(base, gi_name))
+        except NotADirectoryError:
+            continue
+        for ci_name in ci_names:
+            ci = _CI_RE.match(ci_name)
+            if ci:
+                out.append(MigInstance(gpu_minor, int(gi.group(1)), int(ci.group(1))))
+    out.sort(key=lambda m: (m.gi, m.ci))
+    return out
+
+
+def mig_minors(root: str) -> dict[str, int]:
+    """``driver/nvidia-caps/mig-minors``: cap path (``gpu0/gi1/access``) -> minor."""
+    path = os.path.join(root, "driver/nvidia-caps/mig-minors")
+    try:
+        text = _read(path)
+    except DriverError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        name, _, minor = line.rpartition(" ")
+        if name and minor.isdigit():
+            out[name] = int(minor)
+    return out
+
+
+def char_majors(root: str) -> dict[str, int]:
+    """``devices``: character device name -> major (the dynamic nvidia majors live here)."""
+    path = os.path.join(root, "devices")
+    out: dict[str, int] = {}
+    in_char = False
+    for line in _read(path).splitlines():
+        if line.startswith("Character devices:"):
+            in_char = True
+            continue
+        if line.startswith("Block devices:"):
+            break
+        if in_char:
+            major, _, name = line.strip().partition(" ")
+            if major.isdigit() and name:
+                out.setdefault(name.strip(), int(major))
+    return out
+
+
+def params(root: str) -> str:
+    """The raw ``driver/nvidia/params`` text ('' when absent)."""
+    try:
+        return _read(os.path.join(root, "driver/nvidia/params"))
+    except DriverError:
+        return ""
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise DriverError(f"{path}: not found (is the NVIDIA kernel module loaded?)") from None
+    except OSError as e:
+        raise DriverError(f"{path}: {e.strerror}") from None

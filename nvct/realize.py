@@ -1,0 +1,81 @@
+"""Realize edits inside a running container's mount namespace (legacy mode).
+
+The prestart hook runs on the host while the container waits before
+pivot_root. It grants device access in the container's cgroup from the host,
+then, in a child that joined the container's mount namespace, creates the
+device nodes, bind-mounts the driver files, masks /proc/driver/nvidia, and
+runs the same in-container steps a jit-cdi spec's hook would.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvct import injection
+from nvct.driver import Driver
+from nvct.edits import ContainerEdits, Mount
+from nvct.hooks.container import HookContext
+from nvct.request import Request
+
+#: Capabilities the hook keeps after start: mounts, nodes, setns, chroot for ldconfig, file access.
+KEEP_CAPS = {
+    "sys_admin", "mknod", "sys_chroot", "sys_ptrace", "chown", "fowner", "dac_override",
+    "dac_read_search", "setfcap", "setpcap",
+}
+
+
+def legacy(request: Request, config, spec: dict, bundle: str, pid: int) -> ContainerEdits:
+    from nvct import cgroups, modes, namespaces, ocispec, privileges
+
+    driver = Driver.from_config(config)
+    edits = injection.container_edits(request, driver, config)
+    modes.check_requirements(request, driver, config)
+    privileges.drop_capabilities(KEEP_CAPS)
+    rootfs = ocispec.rootfs(spec, bundle)
+    if not config.get("nvidia-container-cli.no-cgroups"):
+        cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
+    visible = [g for g in injection.selection_for(request, driver, config).all_parents()]
+    namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, visible, spec, bundle)
+    return edits
+
+
+def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, visible, spec, bundle) -> None:
+    from nvct.hooks import steps
+    from nvct.rootfs import Rootfs
+
+    with Rootfs(rootfs) as root:
+        for node in edits.device_nodes:
+            root.mknod(node.path, node.type, node.major, node.minor,
+                       node.file_mode if node.file_mode is not None else 0o666, node.uid, node.gid)
+        for mount in edits.mounts:
+            _bind(root, mount)
+        _mask_procfs(root, driver, visible)
+    ctx = HookContext(rootfs=rootfs, bundle=bundle, spec=spec)
+    for hook in edits.hooks:
+        args = list(hook.args)
+        if args[:3] == ["nvct", "hook", "chain"]:
+            steps.run_chain(args[3:], ctx)
+
+
+def _bind(root, mount: Mount) -> None:
+    opts = set(mount.options)
+    root.bind_mount(mount.host_path, mount.container_path, readonly="ro" in opts,
+                    nosuid="nosuid" in opts, nodev="nodev" in opts, noexec="noexec" in opts)
+
+
+def _mask_procfs(root, driver: Driver, visible) -> None:
+    """Show only the visible GPUs under the container's /proc/driver/nvidia/gpus.
+
+    A container whose /proc has no driver/nvidia (a simulated node, or a host
+    without the module) is left as it is.
+    """
+    gpus_dir = "/proc/driver/nvidia/gpus"
+    if not root.exists(gpus_dir):
+        return
+    host_gpus = os.path.join(driver.proc_root, "driver/nvidia/gpus")
+    root.mount_tmpfs(gpus_dir, "mode=0555,size=0")
+    for gpu in visible:
+        source = os.path.join(host_gpus, gpu.bus_id)
+        if os.path.isdir(source):
+            root.bind_mount(source, f"{gpus_dir}/{gpu.bus_id}", readonly=True, nosuid=True,
+                            nodev=True, noexec=True, is_dir=True)

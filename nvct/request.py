@@ -1,0 +1,332 @@
+"""What a container asks for, read from its OCI spec and nvct's config.
+
+Every rule here keeps the reference toolkit's meaning, so device plugins and
+images written for it behave the same. Deliberate differences (each one a
+reference bug) are listed in docs/differences.md.
+
+This module is on the shim's hot path: standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from nvct.config import ALL_CAPABILITIES, Config
+from nvct.errors import RequestError
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+MIG_CONFIG_DEVICES = "NVIDIA_MIG_CONFIG_DEVICES"
+MIG_MONITOR_DEVICES = "NVIDIA_MIG_MONITOR_DEVICES"
+IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
+REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
+CUDA_VERSION = "CUDA_VERSION"
+
+#: Where device plugins list devices as ``/dev/null`` volume mounts.
+DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
+
+DEFAULT_CAPABILITIES = ("compute", "utility")
+
+#: Env vars that switch on extra device classes, when set to "enabled".
+GATED_FEATURES = {
+    "NVIDIA_GDS": "gds",
+    "NVIDIA_MOFED": "mofed",
+    "NVIDIA_NVSWITCH": "nvswitch",
+    "NVIDIA_GDRCOPY": "gdrcopy",
+}
+
+_MAX_DEVICE_IDS = 4096
+
+
+@dataclass
+class Request:
+    """The resolved request of one container.
+
+    ``devices`` is ``None`` when the container asks for no GPU at all (unset,
+    empty or ``void``): it then passes through untouched. An empty tuple
+    (``none``) still gets the driver's libraries and utilities.
+    """
+
+    devices: tuple[str, ...] | None
+    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+    requirements: tuple[tuple[str, str], ...] = ()
+    disable_require: bool = False
+    mig_config: tuple[str, ...] = ()
+    mig_monitor: tuple[str, ...] = ()
+    imex_channels: tuple[str, ...] = ()
+    features: frozenset[str] = frozenset()
+    privileged: bool = False
+    legacy_image: bool = False
+    source: str = "env"
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.devices is not None
+
+    @property
+    def all_devices(self) -> bool:
+        return self.devices == ("all",)
+
+    @property
+    def cdi_devices(self) -> tuple[str, ...]:
+        """The requested devices that are fully-qualified CDI names."""
+        return tuple(d for d in self.devices or () if is_qualified_cdi_name(d))
+
+    @property
+    def only_cdi_devices(self) -> bool:
+        devices = self.devices or ()
+        return bool(devices) and all(is_qualified_cdi_name(d) for d in devices)
+
+
+def env_to_dict(env: Sequence[str] | None) -> dict[str, str]:
+    """OCI ``process.env`` (``K=V`` strings) as a dict; the last one wins, as in the kernel."""
+    out: dict[str, str] = {}
+    for item in env or ():
+        if not isinstance(item, str):
+            continue
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def is_privileged(spec: Mapping[str, Any]) -> bool:
+    """CAP_SYS_ADMIN in the bounding set; old specs give capabilities as a flat list."""
+    caps = (spec.get("process") or {}).get("capabilities")
+    if isinstance(caps, list):
+        return "CAP_SYS_ADMIN" in caps
+    if isinstance(caps, Mapping):
+        return "CAP_SYS_ADMIN" in (caps.get("bounding") or ())
+    return False
+
+
+def from_spec(spec: Mapping[str, Any], config: Config) -> Request:
+    """Read the request from an OCI spec (config.json) under ``config``."""
+    process = spec.get("process") or {}
+    env = env_to_dict(process.get("env"))
+    return from_env(
+        env,
+        config,
+        privileged=is_privileged(spec),
+        mounts=spec.get("mounts") or (),
+        annotations=spec.get("annotations") or {},
+    )
+
+
+def from_env(env: Mapping[str, str], config: Config, *, privileged: bool = False,
+             mounts: Sequence[Mapping[str, Any]] = (),
+             annotations: Mapping[str, str] | None = None) -> Request:
+    """Read the request from a container's environment and spec parts."""
+    legacy = bool(env.get(CUDA_VERSION)) and not env.get(REQUIRE_CUDA)
+    devices, source = _visible_devices(env, config, privileged, mounts, annotations or {}, legacy)
+    if devices is None:
+        return Request(devices=None, privileged=privileged, legacy_image=legacy, env=env)
+    mig_config = _privileged_list(env, MIG_CONFIG_DEVICES, privileged)
+    mig_monitor = _privileged_list(env, MIG_MONITOR_DEVICES, privileged)
+    return Request(
+        devices=devices,
+        capabilities=_capabilities(env, config, legacy),
+        requirements=_requirements(env),
+        disable_require=bool(config.get("disable-require")) or _parse_bool(env.get("NVIDIA_DISABLE_REQUIRE")),
+        mig_config=mig_config,
+        mig_monitor=mig_monitor,
+        imex_channels=_imex_channels(env, config, privileged, mounts),
+        features=frozenset(name for var, name in GATED_FEATURES.items() if env.get(var) == "enabled"),
+        privileged=privileged,
+        legacy_image=legacy,
+        source=source,
+        env=env,
+    )
+
+
+def is_qualified_cdi_name(name: str) -> bool:
+    """``vendor.com/class=device``: vendor and class well-formed, device non-empty."""
+    kind, sep, device = name.partition("=")
+    if not sep or not device:
+        return False
+    vendor, slash, cls = kind.partition("/")
+    return bool(slash) and _valid_vendor(vendor) and _valid_class(cls)
+
+
+def _valid_vendor(vendor: str) -> bool:
+    if not vendor or not vendor[0].isalpha() or not vendor[-1].isalnum():
+        return False
+    return all(c.isalnum() or c in "-_." for c in vendor)
+
+
+def _valid_class(cls: str) -> bool:
+    if not cls or not cls[0].isalpha() or not cls[-1].isalnum():
+        return False
+    return all(c.isalnum() or c in "-_" for c in cls)
+
+
+def _visible_devices(env, config, privileged, mounts, annotations, legacy):
+    from_annotations = _devices_from_annotations(annotations, config)
+    if from_annotations:
+        return _normalize(from_annotations, "annotations"), "annotations"
+    if config.get("accept-nvidia-visible-devices-as-volume-mounts"):
+        from_mounts = [
+            _mount_request_to_name(d) for d in _mount_requests(mounts) if not d.startswith("imex/")
+        ]
+        from_mounts = [d for d in from_mounts if d]
+        if from_mounts:
+            return _normalize(from_mounts, "volume mounts"), "mounts"
+    names = _visible_env_vars(env, config)
+    is_set = any(n in env for n in names)
+    ids = _split_ids(",".join(env.get(n, "") for n in names if n in env))
+    if not is_set and not ids and legacy:
+        ids = ["all"]
+    devices = _normalize(ids, "/".join(names))
+    if devices is None:
+        return None, "env"
+    if not (privileged or config.get("accept-nvidia-visible-devices-envvar-when-unprivileged")):
+        from nvct.log import logger
+
+        logger.warning("ignoring %s in unprivileged container "
+                       "(accept-nvidia-visible-devices-envvar-when-unprivileged = false)", "/".join(names))
+        return None, "env"
+    return devices, "env"
+
+
+def _visible_env_vars(env, config) -> list[str]:
+    """``swarm-resource`` names env vars that take precedence over NVIDIA_VISIBLE_DEVICES."""
+    swarm = [s.strip() for s in str(config.get("swarm-resource") or "").split(",") if s.strip()]
+    present = [s for s in swarm if s in env]
+    return present or [VISIBLE_DEVICES]
+
+
+def _normalize(ids: Sequence[str], where: str) -> tuple[str, ...] | None:
+    """Apply all/none/void: the first of them in the list wins, ``void`` anywhere wins.
+
+    Repeated ids are dropped (the reference turns ``0,0`` into an empty id).
+    """
+    ids = [i.strip() for i in ids if i.strip()]
+    if len(ids) > _MAX_DEVICE_IDS:
+        raise RequestError(f"{where}: too many device ids ({len(ids)})")
+    if not ids or "void" in ids:
+        return None
+    for i in ids:
+        if i == "all":
+            return ("all",)
+        if i == "none":
+            return ()
+    return tuple(dict.fromkeys(ids))
+
+
+def _split_ids(value: str) -> list[str]:
+    return [i.strip() for i in value.split(",") if i.strip()]
+
+
+def _devices_from_annotations(annotations: Mapping[str, str], config: Config) -> list[str]:
+    prefixes = config.get("nvidia-container-runtime.modes.cdi.annotation-prefixes") or ()
+    keys = sorted(k for k in annotations if any(k.startswith(p) for p in prefixes))
+    out: list[str] = []
+    for key in keys:
+        out.extend(_split_ids(str(annotations[key])))
+    return out
+
+
+def _mount_requests(mounts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Device requests given as ``/dev/null`` mounts under DEVICE_LIST_ROOT."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for m in mounts:
+        if not isinstance(m, Mapping) or os.path.normpath(str(m.get("source", ""))) != "/dev/null":
+            continue
+        dest = os.path.normpath(str(m.get("destination", "")))
+        if dest in seen:
+            continue
+        seen.add(dest)
+        if not dest.startswith(DEVICE_LIST_ROOT + "/"):
+            continue
+        device = dest[len(DEVICE_LIST_ROOT):].strip("/")
+        if device:
+            out.append(device)
+    return out
+
+
+def _mount_request_to_name(device: str) -> str | None:
+    """``cdi/vendor/class/name`` (or ``cdi/<qualified>``) to a qualified CDI name."""
+    if not device.startswith("cdi/"):
+        return device
+    rest = device[len("cdi/"):]
+    if is_qualified_cdi_name(rest):
+        return rest
+    parts = rest.split("/", 2)
+    if len(parts) != 3:
+        from nvct.log import logger
+
+        logger.warning("ignoring invalid CDI device mount request %s", device)
+        return None
+    return f"{parts[0]}/{parts[1]}={parts[2]}"
+
+
+def _imex_channels(env, config, privileged, mounts) -> tuple[str, ...]:
+    if config.feature("ignore-imex-channel-requests"):
+        return ()
+    if config.get("accept-nvidia-visible-devices-as-volume-mounts"):
+        channels = [d[len("imex/"):] for d in _mount_requests(mounts) if d.startswith("imex/")]
+        if channels:
+            return tuple(dict.fromkeys(channels))
+    if IMEX_CHANNELS not in env:
+        return ()
+    channels = _normalize(_split_ids(env[IMEX_CHANNELS]), IMEX_CHANNELS)
+    if not channels or channels == ("all",):
+        # The reference ignores "all" for IMEX channels: there is no channel list to expand.
+        return ()
+    if not (privileged or config.get("accept-nvidia-visible-devices-envvar-when-unprivileged")):
+        return ()
+    for c in channels:
+        if not c.isdigit():
+            raise RequestError(f"{IMEX_CHANNELS}: invalid channel {c!r} (expected a number)")
+    return channels
+
+
+def _privileged_list(env: Mapping[str, str], name: str, privileged: bool) -> tuple[str, ...]:
+    value = env.get(name, "")
+    if not value:
+        return ()
+    if not privileged:
+        raise RequestError(f"{name} is set but the container is not privileged (needs CAP_SYS_ADMIN)")
+    return tuple(dict.fromkeys(_split_ids(value)))
+
+
+def _capabilities(env: Mapping[str, str], config: Config, legacy: bool) -> tuple[str, ...]:
+    supported = config.supported_capabilities
+    if DRIVER_CAPABILITIES not in env:
+        if legacy:
+            return tuple(sorted(supported))
+        return tuple(c for c in DEFAULT_CAPABILITIES if c in supported)
+    raw = env[DRIVER_CAPABILITIES]
+    requested = _split_ids(raw)
+    if not requested:
+        return tuple(c for c in DEFAULT_CAPABILITIES if c in supported)
+    if "all" in requested:
+        return tuple(sorted(supported))
+    for cap in requested:
+        if cap not in ALL_CAPABILITIES:
+            raise RequestError(
+                f"{DRIVER_CAPABILITIES}: unknown capability {cap!r} "
+                f"(known: all, {', '.join(ALL_CAPABILITIES)})"
+            )
+        if cap not in supported:
+            raise RequestError(
+                f"{DRIVER_CAPABILITIES}: capability {cap!r} is not in this node's "
+                f"supported-driver-capabilities ({', '.join(supported)})"
+            )
+    return tuple(sorted(set(requested)))
+
+
+def _requirements(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The raw (name, expression) pairs; parsed and checked against the driver later."""
+    from nvct import requirements
+
+    return tuple(requirements.collect(env))
+
+
+def _parse_bool(value: str | None) -> bool:
+    # Go's strconv.ParseBool, which the reference uses.
+    return value in ("1", "t", "T", "TRUE", "true", "True")

@@ -1,0 +1,636 @@
+"""Safe file operations inside a container's root filesystem.
+
+The image is hostile: any path component inside it may be a symlink (absolute,
+relative, or swapped while we work) meant to make a privileged hook create,
+change or mount something on the host (CVE-2024-0132, -0133, -0134). So no
+operation here ever passes a joined ``root + path`` string to the kernel:
+
+* every path is resolved from an ``O_PATH`` fd on the root with openat2(2) and
+  ``RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`` (symlinks are followed but
+  clamped to the root; ``/proc/*/root``-style magic links are refused), or, on
+  kernels without openat2, by a component-by-component walk that does the same;
+* the last component is created with ``*at()`` calls on the resolved parent fd
+  that never follow a symlink (``mkdirat``, ``mknodat``, ``symlinkat``,
+  ``O_CREAT|O_EXCL|O_NOFOLLOW``, ``renameat``);
+* mounts, chmod and chown act on ``/proc/self/fd/<fd>`` of an fd we resolved,
+  so there is no window between checking a path and using it;
+* nothing is created, changed or mounted on procfs, sysfs and the like, even
+  inside the root (writes there reach the host kernel).
+
+The container's own view (symlinks resolved inside the root) is honoured:
+``/lib -> usr/lib`` works, ``/usr/lib/x86_64-linux-gnu -> /etc`` lands in the
+root's ``/etc``, never the host's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import posixpath
+import secrets
+import stat
+from nvct.errors import ContainerError
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+# openat2(2): same number on every architecture that has it (added in 5.6).
+_SYS_OPENAT2 = 437
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_IN_ROOT = 0x10
+_RESOLVE = _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS
+_MAX_HOPS = 40  # the kernel's MAXSYMLINKS
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+MNT_DETACH = 0x2
+UMOUNT_NOFOLLOW = 0x8
+
+TMPFS_MAGIC = 0x01021994
+PROC_SUPER_MAGIC = 0x9FA0
+# Filesystems where creating or changing anything talks to the host kernel.
+_PSEUDO_FS = {
+    PROC_SUPER_MAGIC: "procfs",
+    0x62656572: "sysfs",
+    0x0027E0EB: "cgroup",
+    0x63677270: "cgroup2",
+    0x73636673: "securityfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0xCAFE4A11: "bpffs",
+    0xDE5E81E4: "efivarfs",
+    0x6E736673: "nsfs",
+}
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+_have_openat2: bool | None = None  # None: not probed yet
+
+
+def _oserror(filename: str | None = None) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, os.strerror(err), filename)
+
+
+def _openat2(dirfd: int, path: str, flags: int) -> int:
+    how = _OpenHow(flags, 0, _RESOLVE)
+    for _ in range(16):  # EAGAIN: a concurrent rename raced with ".."
+        fd = _libc.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how),
+                           ctypes.sizeof(how))
+        if fd >= 0:
+            return fd
+        if ctypes.get_errno() != errno.EAGAIN:
+            break
+    raise _oserror(path)
+
+
+def openat2_available() -> bool:
+    """Whether the kernel has openat2(2) (Linux 5.6+); probed once."""
+    global _have_openat2
+    if _have_openat2 is None:
+        try:
+            os.close(_openat2(-100, "/", os.O_PATH | os.O_CLOEXEC))  # AT_FDCWD
+            _have_openat2 = True
+        except OSError as e:
+            if e.errno not in (errno.ENOSYS, errno.EPERM):
+                raise
+            _have_openat2 = False
+    return _have_openat2
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int,
+          data: str | None = None) -> None:
+    """mount(2); raises OSError naming ``target``."""
+    enc = (lambda s: None if s is None else os.fsencode(s))
+    if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)):
+        raise _oserror(target)
+
+
+def umount(target: str, flags: int = 0) -> None:
+    """umount2(2); raises OSError naming ``target``."""
+    if _libc.umount2(os.fsencode(target), flags):
+        raise _oserror(target)
+
+
+def fs_type(fd: int) -> int:
+    """The ``f_type`` magic of the filesystem holding ``fd`` (O_PATH is fine)."""
+    buf = ctypes.create_string_buffer(256)  # > sizeof(struct statfs) everywhere
+    if _libc.fstatfs(fd, buf):
+        raise _oserror()
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+def _procfd(fd: int) -> str:
+    return f"/proc/self/fd/{fd}"
+
+
+def _normalize(path: str) -> str:
+    """Container path -> path relative to the root ('.' for the root itself)."""
+    path = os.fspath(path)
+    if not isinstance(path, str) or "\0" in path:
+        raise ContainerError(f"invalid container path {path!r}")
+    rel = posixpath.normpath("/" + path).lstrip("/")
+    return rel or "."
+
+
+class Rootfs:
+    """A container root, opened once; every operation stays inside it.
+
+    Use as a context manager (``with Rootfs(path) as root: ...``); the root fd
+    is closed on exit. Errors are :class:`ContainerError` naming the path.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.path = os.fspath(root)
+        try:
+            self._fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as e:
+            raise ContainerError(f"container root {self.path}: {e.strerror}") from None
+
+    def __enter__(self) -> Rootfs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def fileno(self) -> int:
+        """The root's O_PATH fd (valid until :meth:`close`)."""
+        return self._fd
+
+    # -- resolution -----------------------------------------------------
+
+    def _resolve(self, rel: str, *, directory: bool = False) -> int:
+        """O_PATH fd of ``rel``, all symlinks followed inside the root."""
+        flags = os.O_PATH | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+        if rel == ".":
+            return os.open(".", flags, dir_fd=self._fd)
+        if openat2_available():
+            return _openat2(self._fd, rel, flags)
+        fd = self._walk(rel)
+        if directory and not stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), rel)
+        return fd
+
+    def _walk(self, rel: str) -> int:
+        """openat2's RESOLVE_IN_ROOT done by hand, one O_NOFOLLOW hop at a time.
+
+        ".." pops back to the directory we came from and never above the root;
+        a symlink's text is resolved from the root (absolute) or the current
+        directory (relative); magic links (symlinks on procfs) are refused.
+        """
+        stack = [os.dup(self._fd)]
+        todo = [p for p in reversed(rel.split("/")) if p not in ("", ".")]
+        hops = 0
+        try:
+            while todo:
+                part = todo.pop()
+                if part == "..":
+                    if len(stack) > 1:
+                        os.close(stack.pop())
+                    continue
+                cur = stack[-1]
+                fd = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISLNK(mode):
+                    os.close(fd)
+                    hops += 1
+                    if hops > _MAX_HOPS or fs_type(cur) == PROC_SUPER_MAGIC:
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), rel)
+                    target = os.readlink(part, dir_fd=cur)
+                    if target.startswith("/"):
+                        while len(stack) > 1:
+                            os.close(stack.pop())
+                    todo.extend(p for p in reversed(target.split("/")) if p not in ("", "."))
+                    continue
+                if todo and not stat.S_ISDIR(mode):
+                    os.close(fd)
+                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), rel)
+                stack.append(fd)
+            result = stack.pop()
+            return result
+        finally:
+            for fd in stack:
+                os.close(fd)
+
+    def _parent(self, rel: str, *, create: bool) -> tuple[int, str]:
+        """(O_PATH fd of the resolved parent directory, last component)."""
+        if rel == ".":
+            raise ContainerError("the container root itself cannot be created or replaced")
+        parent, name = posixpath.split(rel)
+        parent = parent or "."
+        if create:
+            self._makedirs(parent, 0o755)
+        return self._resolve(parent, directory=True), name
+
+    def _checked(self, fd: int, rel: str) -> int:
+        kind = _PSEUDO_FS.get(fs_type(fd))
+        if kind:
+            raise ContainerError(f"{self._show(rel)}: on {kind}, refusing to change it")
+        return fd
+
+    def _show(self, rel: str) -> str:
+        return f"{'/' if rel == '.' else '/' + rel} in container root {self.path}"
+
+    def _fail(self, rel: str, e: OSError) -> ContainerError:
+        return ContainerError(f"{self._show(rel)}: {e.strerror or e}")
+
+    # -- queries ----------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` resolves (inside the root) to something."""
+        try:
+            os.close(self._resolve(_normalize(path)))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return False
+            raise self._fail(_normalize(path), e) from None
+        return True
+
+    def realpath(self, path: str) -> str:
+        """Where ``path`` really is, as an absolute path inside the root."""
+        rel = _normalize(path)
+        try:
+            fd = self._resolve(rel)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+        try:
+            real = os.readlink(_procfd(fd))
+            top = os.readlink(_procfd(self._fd))
+        finally:
+            os.close(fd)
+        if real == top:
+            return "/"
+        prefix = top.rstrip("/") + "/"
+        if not real.startswith(prefix):
+            raise ContainerError(f"{self._show(rel)}: resolves outside the root ({real})")
+        return "/" + real[len(prefix):]
+
+    def open(self, path: str) -> int:
+        """A read-only fd on a regular file or directory in the root.
+
+        Never opens devices, FIFOs or sockets (opening those has side
+        effects or blocks); the caller closes the fd.
+        """
+        rel = _normalize(path)
+        try:
+            fd = self._resolve(rel)
+            try:
+                mode = os.fstat(fd).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise ContainerError(f"{self._show(rel)}: not a regular file or directory")
+                return os.open(_procfd(fd), os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+
+    def read_file(self, path: str, limit: int = 1 << 20) -> bytes:
+        """Contents of a regular file in the root, at most ``limit`` bytes."""
+        fd = self.open(path)
+        try:
+            chunks, size = [], 0
+            while size < limit:
+                chunk = os.read(fd, limit - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
+        except OSError as e:
+            raise self._fail(_normalize(path), e) from None
+        finally:
+            os.close(fd)
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory of the root."""
+        fd = self.open(path)
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
+
+    # -- changes ----------------------------------------------------------
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None:
+        """Create ``path`` and missing parents (new ones get ``mode`` exactly).
+
+        An existing directory, or a symlink resolving to one inside the root,
+        is fine. A dangling symlink or a non-directory is an error.
+        """
+        rel = _normalize(path)
+        try:
+            self._makedirs(rel, mode)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+
+    def _makedirs(self, rel: str, mode: int) -> None:
+        try:
+            os.close(self._resolve(rel, directory=True))
+            return
+        except FileNotFoundError:
+            pass
+        except NotADirectoryError:
+            raise ContainerError(f"{self._show(rel)}: exists and is not a directory") from None
+        parent, name = self._parent(rel, create=True)
+        try:
+            self._checked(parent, rel)
+            try:
+                os.mkdir(name, mode, dir_fd=parent)
+            except FileExistsError:
+                raise ContainerError(
+                    f"{self._show(rel)}: exists but does not resolve to a directory "
+                    "(dangling symlink?)") from None
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=parent)
+            try:
+                os.fchmod(fd, mode)  # mkdir's mode went through the umask
+            finally:
+                os.close(fd)
+        finally:
+            os.close(parent)
+
+    def mknod(self, path: str, kind: str, major: int, minor: int, mode: int = 0o666,
+              uid: int | None = None, gid: int | None = None) -> None:
+        """Create a device node (``kind`` 'c' or 'b'); parents are created.
+
+        Idempotent: the same node already there only gets ``mode``/owner set.
+        Anything else at ``path`` (a file, a symlink, another device) is an
+        error: it is never replaced, since an image shipping it is broken or
+        hostile and silently deleting image content hides that.
+        """
+        if kind not in ("c", "b"):
+            raise ContainerError(f"device node {path}: type {kind!r} is not 'c' or 'b'")
+        ftype = stat.S_IFCHR if kind == "c" else stat.S_IFBLK
+        rdev = os.makedev(major, minor)
+        rel = _normalize(path)
+        try:
+            parent, name = self._parent(rel, create=True)
+            try:
+                self._checked(parent, rel)
+                try:
+                    os.mknod(name, ftype | 0o600, rdev, dir_fd=parent)
+                except FileExistsError:
+                    pass
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            finally:
+                os.close(parent)
+            try:
+                st = os.fstat(fd)
+                if stat.S_IFMT(st.st_mode) != ftype or st.st_rdev != rdev:
+                    raise ContainerError(
+                        f"{self._show(rel)}: already exists and is not device {kind} "
+                        f"{major}:{minor}; refusing to replace it")
+                self._chmod_chown(fd, mode, uid, gid)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+
+    def chmod(self, path: str, mode: int) -> None:
+        """Set the mode of what ``path`` resolves to (symlinks followed in-root)."""
+        self._set_attrs(_normalize(path), mode, None, None)
+
+    def chown(self, path: str, uid: int | None = None, gid: int | None = None) -> None:
+        """Set the owner of what ``path`` resolves to; ``None`` leaves it as is."""
+        self._set_attrs(_normalize(path), None, uid, gid)
+
+    def _set_attrs(self, rel: str, mode: int | None, uid: int | None,
+                   gid: int | None) -> None:
+        try:
+            fd = self._resolve(rel)
+            try:
+                self._checked(fd, rel)
+                self._chmod_chown(fd, mode, uid, gid)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+
+    @staticmethod
+    def _chmod_chown(fd: int, mode: int | None, uid: int | None, gid: int | None) -> None:
+        # fchmod/fchown refuse O_PATH fds; /proc/self/fd/N is the very inode.
+        if uid is not None or gid is not None:
+            os.chown(_procfd(fd), -1 if uid is None else uid, -1 if gid is None else gid)
+        if mode is not None:
+            os.chmod(_procfd(fd), stat.S_IMODE(mode))
+
+    def symlink(self, target: str, linkpath: str, *, replace: bool = False) -> None:
+        """Create ``linkpath`` -> ``target`` (text stored as given).
+
+        An identical link already there is fine. Anything else there is an
+        error, or with ``replace=True`` is atomically replaced (renameat never
+        follows the old entry; a directory is never replaced).
+        """
+        rel = _normalize(linkpath)
+        try:
+            parent, name = self._parent(rel, create=True)
+            try:
+                self._checked(parent, rel)
+                try:
+                    os.symlink(target, name, dir_fd=parent)
+                    return
+                except FileExistsError:
+                    pass
+                try:
+                    current: str | None = os.readlink(name, dir_fd=parent)
+                except OSError:
+                    current = None
+                if current == target:
+                    return
+                if not replace:
+                    what = f"a symlink to {current}" if current is not None else "not a symlink"
+                    raise ContainerError(f"{self._show(rel)}: already exists ({what})")
+                self._replace(parent, name, lambda tmp: os.symlink(target, tmp, dir_fd=parent))
+            finally:
+                os.close(parent)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644, *,
+                   replace: bool = False) -> None:
+        """Create a regular file with ``data`` (parents created).
+
+        Without ``replace`` the file must not exist (O_CREAT|O_EXCL|O_NOFOLLOW).
+        With it, the content goes to a fresh temporary file renamed over
+        ``path``: an old symlink there is replaced, never followed.
+        """
+        if isinstance(data, str):
+            data = data.encode()
+        rel = _normalize(path)
+
+        def create(name: str) -> None:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=parent)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+
+        try:
+            parent, name = self._parent(rel, create=True)
+            try:
+                self._checked(parent, rel)
+                if replace:
+                    self._replace(parent, name, create)
+                else:
+                    try:
+                        create(name)
+                    except FileExistsError:
+                        raise ContainerError(f"{self._show(rel)}: already exists") from None
+            finally:
+                os.close(parent)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+
+    @staticmethod
+    def _replace(parent: int, name: str, create) -> None:
+        tmp = f".{name[:200]}.nvct-{secrets.token_hex(6)}"
+        create(tmp)
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.unlink(tmp, dir_fd=parent)
+            raise
+        try:
+            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            os.unlink(tmp, dir_fd=parent)
+            raise
+
+    # -- mounts -----------------------------------------------------------
+
+    def bind_mount(self, host_path: str, container_path: str, *, readonly: bool = True,
+                   nosuid: bool = True, nodev: bool = True, noexec: bool = False,
+                   is_dir: bool | None = None) -> None:
+        """Bind-mount trusted ``host_path`` onto ``container_path`` in the root.
+
+        The target (an empty file or a directory, matching the source) is
+        created if missing; an existing target is used if it resolves inside
+        the root to the same kind. The mount goes onto /proc/self/fd/<fd> of
+        the resolved target, is checked to show the source's inode at
+        ``container_path``, then remounted with the requested flags. Not
+        recursive: submounts of the source are not carried over.
+        """
+        rel = _normalize(container_path)
+        try:
+            src = os.open(host_path, os.O_PATH | os.O_CLOEXEC)
+        except OSError as e:
+            raise ContainerError(f"bind mount source {host_path}: {e.strerror}") from None
+        try:
+            src_st = os.fstat(src)
+            src_dir = stat.S_ISDIR(src_st.st_mode)
+            if is_dir is not None and is_dir != src_dir:
+                raise ContainerError(f"bind mount source {host_path}: "
+                                     f"{'not ' if is_dir else ''}a directory")
+            target = self._mount_target(rel, src_dir)
+            try:
+                flags = ((MS_RDONLY if readonly else 0) | (MS_NOSUID if nosuid else 0)
+                         | (MS_NODEV if nodev else 0) | (MS_NOEXEC if noexec else 0))
+                self._mount_checked(rel, target, _procfd(src), None, MS_BIND, None,
+                                    lambda st: (st.st_dev, st.st_ino)
+                                    == (src_st.st_dev, src_st.st_ino),
+                                    remount=MS_BIND | MS_REMOUNT | flags)
+            finally:
+                os.close(target)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+        finally:
+            os.close(src)
+
+    def mount_tmpfs(self, container_path: str, options: str = "", *, nosuid: bool = True,
+                    nodev: bool = True, noexec: bool = True) -> None:
+        """Mount a fresh tmpfs on ``container_path`` (a directory, created if missing).
+
+        ``options`` is tmpfs's data string, e.g. ``"size=1m,mode=0755"``.
+        """
+        rel = _normalize(container_path)
+        flags = (MS_NOSUID if nosuid else 0) | (MS_NODEV if nodev else 0) | (
+            MS_NOEXEC if noexec else 0)
+        try:
+            target = self._mount_target(rel, True)
+            try:
+                before = os.fstat(target)
+                self._mount_checked(
+                    rel, target, "tmpfs", "tmpfs", flags, options or None,
+                    lambda st: st.st_dev != before.st_dev)
+            finally:
+                os.close(target)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+
+    def _mount_target(self, rel: str, directory: bool) -> int:
+        """Create (if missing) and resolve a mount point of the right kind."""
+        if directory:
+            self._makedirs(rel, 0o755)
+        else:
+            parent, name = self._parent(rel, create=True)
+            try:
+                self._checked(parent, rel)
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o644, dir_fd=parent))
+            except FileExistsError:
+                pass
+            finally:
+                os.close(parent)
+        fd = self._resolve(rel)
+        try:
+            self._checked(fd, rel)
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode) != directory:
+                raise ContainerError(
+                    f"{self._show(rel)}: mount target is {'not ' if directory else ''}"
+                    f"a directory but the source is{'' if directory else ' not'}")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _mount_checked(self, rel: str, target: int, source: str, fstype: str | None,
+                       flags: int, data: str | None, landed, remount: int = 0) -> None:
+        """Mount onto the resolved ``target`` fd, then check ``rel`` shows it.
+
+        ``landed(stat)`` tells whether a fresh resolution of ``rel`` is the new
+        mount. If not (the tree changed under us), the mount is detached again.
+        """
+        mount(source, _procfd(target), fstype, flags, data)
+        try:
+            fresh = self._resolve(rel)
+            try:
+                if not landed(os.fstat(fresh)):
+                    raise ContainerError(
+                        f"{self._show(rel)}: changed while mounting; mount undone")
+                if remount:
+                    mount(None, _procfd(fresh), None, remount)
+            finally:
+                os.close(fresh)
+        except BaseException:
+            # umount's lookup crosses mounts on the last hop: this is ours.
+            umount(_procfd(target), MNT_DETACH)
+            raise
+
+

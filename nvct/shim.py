@@ -1,0 +1,74 @@
+"""``nvidia-container-runtime``: the shim docker and containerd call instead of runc.
+
+Only ``create`` of a container that asks for a GPU touches the spec; every
+other call execs the low-level runtime at once with its argv unchanged.
+Heavy modules are imported only after the spec shows a GPU request.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    start = time.monotonic()
+    from nvct import runcargs
+    from nvct.errors import NvctError
+
+    args = runcargs.parse(argv)
+    try:
+        from nvct import config as config_mod, lowlevel
+
+        config = config_mod.load()
+        runtime = lowlevel.find(config.runtimes)
+        if args.subcommand == "create":
+            _create(args, config, start)
+    except NvctError as e:
+        _fail(args, str(e))
+        return 1
+    except Exception as e:  # noqa: BLE001 - never a traceback in docker's error line
+        _fail(args, f"internal error: {type(e).__name__}: {e}")
+        return 1
+    lowlevel.execv(runtime, argv)
+    return 1  # not reached
+
+
+def _create(args, config, start: float) -> None:
+    from nvct import ocispec, request as request_mod
+
+    spec = ocispec.load(args.bundle)
+    request = request_mod.from_spec(spec, config)
+    if not request.is_gpu:
+        return
+    from nvct import log, modes
+
+    log.setup(config.get("nvidia-container-runtime.log-level") or "info",
+              config.get("nvidia-container-runtime.debug"), fmt=args.log_format or "text")
+    result = modes.modify(spec, request, config)
+    ocispec.save(args.bundle, spec)
+    log.logger.info("container start", extra={"fields": {
+        "id": args.container_id, "mode": result.mode, "devices": list(result.devices),
+        "capabilities": list(request.capabilities),
+        "ms": round((time.monotonic() - start) * 1000, 1),
+    }})
+
+
+def _fail(args, message: str) -> None:
+    from nvct import log
+
+    sys.stderr.write(f"nvidia-container-runtime: {message}\n")
+    log.write_runc_log(args.log, "error", f"nvidia-container-runtime: {message}")
+    try:
+        from nvct import config as config_mod
+
+        log.setup("info", config_mod.load().get("nvidia-container-runtime.debug"))
+        log.logger.error("%s", message)
+    except Exception:  # noqa: BLE001 - the error itself may be a bad config
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

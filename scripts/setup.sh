@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything nvct's demo and tests need on a fresh Debian 12 machine (as root),
+# then makes .venv: Debian's /usr/bin/python3 with the system's python3-* packages,
+# and nvct installed into it in editable mode. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  gcc gcc-multilib libc6-dev libcap-dev make
+  python3 python3-venv python3-pip python3-setuptools python3-dev
+  python3-click python3-tomlkit python3-pyelftools python3-prctl python3-yaml
+  python3-pytest python3-pyfakefs python3-hypothesis
+  runc crun busybox-static
+  docker.io containerd podman conmon catatonit containernetworking-plugins
+  python3-grpcio python3-protobuf
+  iproute2 util-linux
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  # No systemd here: keep maintainer scripts from starting daemons.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  rm -f /usr/sbin/policy-rc.d
+fi
+
+# Always Debian's interpreter: a pyenv python3 may come first on PATH.
+if [ ! -x .venv/bin/python ]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+if ! .venv/bin/python -c 'import nvct, sys; sys.exit(0 if nvct.__file__.startswith("'"$PWD"'") else 1)' 2>/dev/null; then
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . >/dev/null
+fi
