@@ -37,7 +37,8 @@ class DeviceNode:
     file_mode: int | None = None
     uid: int | None = None
     gid: int | None = None
-    permissions: str = "rw"
+    #: cgroup access ("r", "w", "m" letters, or "none"); empty means CDI's default "rwm".
+    permissions: str = ""
     reason: str = field(default="", compare=False)
 
     def to_cdi(self) -> dict[str, Any]:
@@ -49,7 +50,7 @@ class DeviceNode:
         out["minor"] = self.minor
         if self.file_mode is not None:
             out["fileMode"] = self.file_mode
-        if self.permissions != "rw":
+        if self.permissions:
             out["permissions"] = self.permissions
         if self.uid is not None:
             out["uid"] = self.uid
@@ -102,6 +103,61 @@ class Hook:
         return out
 
 
+@dataclass(frozen=True)
+class NetDevice:
+    """A host network interface moved into the container (CDI 1.1.0 ``netDevices``)."""
+
+    host_interface_name: str
+    name: str
+
+    def to_cdi(self) -> dict[str, Any]:
+        return {"hostInterfaceName": self.host_interface_name, "name": self.name}
+
+
+@dataclass(frozen=True)
+class IntelRdt:
+    """The container's Intel RDT class of service (CDI 0.7.0+ ``intelRdt``).
+
+    ``enable_cmt``/``enable_mbm`` exist in CDI 0.7.0-1.0.0 only, ``schemata``
+    and ``enable_monitoring`` from 1.1.0; the keys are the OCI spec's too.
+    """
+
+    clos_id: str = ""
+    l3_cache_schema: str = ""
+    mem_bw_schema: str = ""
+    schemata: tuple[str, ...] | None = None
+    enable_monitoring: bool = False
+    enable_cmt: bool = False
+    enable_mbm: bool = False
+
+    def to_cdi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in (("closID", self.clos_id), ("l3CacheSchema", self.l3_cache_schema),
+                           ("memBwSchema", self.mem_bw_schema)):
+            if value:
+                out[key] = value
+        if self.schemata is not None:
+            out["schemata"] = list(self.schemata)
+        for key, flag in (("enableMonitoring", self.enable_monitoring),
+                          ("enableCMT", self.enable_cmt), ("enableMBM", self.enable_mbm)):
+            if flag:
+                out[key] = True
+        return out
+
+    @classmethod
+    def from_cdi(cls, data: dict[str, Any]) -> IntelRdt:
+        schemata = data.get("schemata")
+        return cls(
+            clos_id=data.get("closID") or "",
+            l3_cache_schema=data.get("l3CacheSchema") or "",
+            mem_bw_schema=data.get("memBwSchema") or "",
+            schemata=None if schemata is None else tuple(schemata),
+            enable_monitoring=bool(data.get("enableMonitoring")),
+            enable_cmt=bool(data.get("enableCMT")),
+            enable_mbm=bool(data.get("enableMBM")),
+        )
+
+
 @dataclass
 class ContainerEdits:
     """A set of edits; ``extend`` merges another set into this one."""
@@ -111,19 +167,29 @@ class ContainerEdits:
     mounts: list[Mount] = field(default_factory=list)
     hooks: list[Hook] = field(default_factory=list)
     additional_gids: list[int] = field(default_factory=list)
+    net_devices: list[NetDevice] = field(default_factory=list)
+    intel_rdt: IntelRdt | None = None
 
     def extend(self, other: ContainerEdits) -> ContainerEdits:
-        """Merge ``other`` in, dropping exact repeats and keeping order."""
+        """Merge ``other`` in, dropping exact repeats and keeping order.
+
+        There is one RDT class per container: a later ``intel_rdt`` replaces
+        an earlier one, as CDI merges them.
+        """
         _merge(self.env, other.env)
         _merge(self.device_nodes, other.device_nodes)
         _merge(self.mounts, other.mounts)
         _merge(self.hooks, other.hooks)
         _merge(self.additional_gids, other.additional_gids)
+        _merge(self.net_devices, other.net_devices)
+        if other.intel_rdt is not None:
+            self.intel_rdt = other.intel_rdt
         return self
 
     def is_empty(self) -> bool:
         return not (
             self.env or self.device_nodes or self.mounts or self.hooks or self.additional_gids
+            or self.net_devices or self.intel_rdt is not None
         )
 
     def to_cdi(self) -> dict[str, Any]:
@@ -138,6 +204,10 @@ class ContainerEdits:
             out["hooks"] = [h.to_cdi() for h in self.hooks]
         if self.additional_gids:
             out["additionalGids"] = list(self.additional_gids)
+        if self.intel_rdt is not None:
+            out["intelRdt"] = self.intel_rdt.to_cdi()
+        if self.net_devices:
+            out["netDevices"] = [n.to_cdi() for n in self.net_devices]
         return out
 
     @classmethod
@@ -166,6 +236,8 @@ class ContainerEdits:
                 for h in data.get("hooks") or ()
             ],
             additional_gids=list(data.get("additionalGids") or ()),
+            net_devices=[NetDevice(n["hostInterfaceName"], n["name"]) for n in data.get("netDevices") or ()],
+            intel_rdt=None if data.get("intelRdt") is None else IntelRdt.from_cdi(data["intelRdt"]),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -192,7 +264,7 @@ def _device_from_cdi(d: dict[str, Any]) -> DeviceNode:
         file_mode=d.get("fileMode"),
         uid=d.get("uid"),
         gid=d.get("gid"),
-        permissions=d.get("permissions") or "rw",
+        permissions=d.get("permissions") or "",
     )
 
 

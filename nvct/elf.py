@@ -26,6 +26,7 @@ __all__ = ["ElfInfo", "read"]
 _MAX_DYNAMIC_TAGS = 65536
 _MAX_NOTES = 256
 
+_NOTE_HEADER_SIZE = 12  # namesz, descsz, type: 32-bit words in both classes
 _ABI_TAG_SIZE = 16  # os, major, minor, tiny: four 32-bit words
 
 # e_machine -> name, by ELF class where the class changes the ABI's name.
@@ -124,6 +125,8 @@ class _Bounded:
         return self._stream.read(left if size is None or size < 0 else min(size, left))
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence == os.SEEK_SET and not 0 <= offset <= self._size:
+            raise ValueError(f"offset {offset} outside the file")
         return self._stream.seek(offset, whence)
 
     def tell(self) -> int:
@@ -146,11 +149,14 @@ def _dynamic(elf) -> tuple[str | None, tuple[str, ...]]:
 
 def _abi_tag(elf) -> tuple[int, int, int] | None:
     for segment in elf.iter_segments("PT_NOTE"):
+        segment_end = segment["p_offset"] + segment["p_filesz"]
         for note in itertools.islice(segment.iter_notes(), _MAX_NOTES):
+            desc_start = note["n_offset"] + _NOTE_HEADER_SIZE + -(-note["n_namesz"] // 4) * 4
             if (
                 note["n_type"] == "NT_GNU_ABI_TAG"
                 and note["n_name"] == "GNU"
                 and note["n_descsz"] >= _ABI_TAG_SIZE
+                and desc_start + note["n_descsz"] <= segment_end
                 and note["n_desc"]["abi_os"] == "ELF_NOTE_OS_LINUX"
             ):
                 desc = note["n_desc"]

@@ -47,6 +47,8 @@ def device_nodes(driver: Driver) -> list[dict[str, Any]]:
             for mig in gpu.migs:
                 nodes.append(("mig-access", driver.cap_node(mig.gi_cap_minor)))
                 nodes.append(("mig-access", driver.cap_node(mig.ci_cap_minor)))
+    for gpu in driver.gpus:
+        nodes.extend(("dri", n) for n in driver.drm_nodes(gpu))
     if "nvidia-caps-imex-channels" in driver.majors:
         for node in driver.glob_nodes("/dev/nvidia-caps-imex-channels/channel*"):
             nodes.append(("imex-channel", node))

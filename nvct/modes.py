@@ -105,9 +105,11 @@ def check_requirements(request: Request, driver, config) -> None:
     from nvct import requirements
     from nvct.injection import selection_for
 
-    exprs = " ".join(expr for _, expr in request.requirements)
-    need_cuda = "cuda" in exprs
-    need_devices = "arch" in exprs or "brand" in exprs
+    props: set[str] = set()
+    for name, expr in request.requirements:
+        props |= requirements.parse(expr, name=name).properties
+    need_cuda = "cuda" in props
+    need_devices = "arch" in props or "brand" in props
     gpus = selection_for(request, driver, config).all_parents() if need_devices else []
     facts = driver.requirement_facts(gpus, need_cuda, need_devices)
     requirements.check(dict(request.env), facts, disable_require=request.disable_require)

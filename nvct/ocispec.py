@@ -73,6 +73,12 @@ def apply_edits(spec: dict[str, Any], edits: ContainerEdits) -> None:
             if gid not in gids:
                 gids.append(gid)
         user["additionalGids"] = gids
+    if edits.net_devices:
+        net = spec.setdefault("linux", {}).setdefault("netDevices", {})
+        for dev in edits.net_devices:
+            net[dev.host_interface_name] = {"name": dev.name}
+    if edits.intel_rdt is not None:
+        spec.setdefault("linux", {})["intelRdt"] = edits.intel_rdt.to_cdi()
 
 
 def merge_env(env: list[str], extra: list[str]) -> list[str]:
@@ -125,13 +131,19 @@ def _add_device(spec: dict[str, Any], node: DeviceNode) -> None:
     entry: dict[str, Any] = {"path": node.path, "type": node.type, "major": node.major, "minor": node.minor}
     if node.file_mode is not None:
         entry["fileMode"] = node.file_mode
-    if node.uid is not None:
-        entry["uid"] = node.uid
-    if node.gid is not None:
-        entry["gid"] = node.gid
+    # As CDI: a node without an owner belongs to the container's user, when not root.
+    user = (spec.get("process") or {}).get("user") or {}
+    uid = node.uid if node.uid is not None else (user.get("uid") or None)
+    gid = node.gid if node.gid is not None else (user.get("gid") or None)
+    if uid is not None:
+        entry["uid"] = uid
+    if gid is not None:
+        entry["gid"] = gid
     devices = [d for d in linux.get("devices") or [] if d.get("path") != node.path]
     devices.append(entry)
     linux["devices"] = devices
+    if node.type not in ("b", "c"):
+        return  # as CDI: cgroup rules for block and char devices only
     rules = linux.setdefault("resources", {}).setdefault("devices", [])
     rule = {"allow": True, "type": node.type, "major": node.major, "minor": node.minor,
             "access": _access(node.permissions)}
@@ -140,8 +152,10 @@ def _add_device(spec: dict[str, Any], node: DeviceNode) -> None:
 
 
 def _access(permissions: str) -> str:
-    # CDI's default access is "rwm"; our "rw" default means the same to runc plus mknod.
-    return "rwm" if permissions in ("", "rw") else permissions
+    # CDI: empty means "rwm", "none" an empty access string.
+    if permissions == "none":
+        return ""
+    return permissions or "rwm"
 
 
 def _oci_mount(m: Mount) -> dict[str, Any]:

@@ -126,11 +126,12 @@ def from_env(env: Mapping[str, str], config: Config, *, privileged: bool = False
         return Request(devices=None, privileged=privileged, legacy_image=legacy, env=env)
     mig_config = _privileged_list(env, MIG_CONFIG_DEVICES, privileged)
     mig_monitor = _privileged_list(env, MIG_MONITOR_DEVICES, privileged)
+    disable_require = bool(config.get("disable-require")) or _parse_bool(env.get("NVIDIA_DISABLE_REQUIRE"))
     return Request(
         devices=devices,
         capabilities=_capabilities(env, config, legacy),
-        requirements=_requirements(env),
-        disable_require=bool(config.get("disable-require")) or _parse_bool(env.get("NVIDIA_DISABLE_REQUIRE")),
+        requirements=_requirements(env, disable_require),
+        disable_require=disable_require,
         mig_config=mig_config,
         mig_monitor=mig_monitor,
         imex_channels=_imex_channels(env, config, privileged, mounts),
@@ -320,11 +321,11 @@ def _capabilities(env: Mapping[str, str], config: Config, legacy: bool) -> tuple
     return tuple(sorted(set(requested)))
 
 
-def _requirements(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+def _requirements(env: Mapping[str, str], disable: bool) -> tuple[tuple[str, str], ...]:
     """The raw (name, expression) pairs; parsed and checked against the driver later."""
     from nvct import requirements
 
-    return tuple(requirements.collect(env))
+    return tuple(requirements.collect(env, disable_require=disable))
 
 
 def _parse_bool(value: str | None) -> bool:

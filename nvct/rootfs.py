@@ -14,8 +14,8 @@ operation here ever passes a joined ``root + path`` string to the kernel:
   ``O_CREAT|O_EXCL|O_NOFOLLOW``, ``renameat``);
 * mounts, chmod and chown act on ``/proc/self/fd/<fd>`` of an fd we resolved,
   so there is no window between checking a path and using it;
-* nothing is created, changed or mounted on procfs, sysfs and the like, even
-  inside the root (writes there reach the host kernel).
+* nothing is created, changed, mounted or read on procfs, sysfs and the like,
+  even inside the root (their files act on the host kernel).
 
 The container's own view (symlinks resolved inside the root) is honoured:
 ``/lib -> usr/lib`` works, ``/usr/lib/x86_64-linux-gnu -> /etc`` lands in the
@@ -28,7 +28,6 @@ import ctypes
 import errno
 import os
 import posixpath
-import secrets
 import stat
 from nvct.errors import ContainerError
 
@@ -85,8 +84,10 @@ def _oserror(filename: str | None = None) -> OSError:
 def _openat2(dirfd: int, path: str, flags: int) -> int:
     how = _OpenHow(flags, 0, _RESOLVE)
     for _ in range(16):  # EAGAIN: a concurrent rename raced with ".."
-        fd = _libc.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how),
-                           ctypes.sizeof(how))
+        # syscall(2) is variadic: pass full-width integers
+        fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(dirfd),
+                           os.fsencode(path), ctypes.byref(how),
+                           ctypes.c_size_t(ctypes.sizeof(how)))
         if fd >= 0:
             return fd
         if ctypes.get_errno() != errno.EAGAIN:
@@ -130,6 +131,14 @@ def fs_type(fd: int) -> int:
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
+def _mount_ns() -> tuple[int, int] | None:
+    try:
+        st = os.stat("/proc/self/ns/mnt")
+    except OSError:
+        return None  # no /proc: cannot tell (and /proc/self/fd mounts fail anyway)
+    return st.st_dev, st.st_ino
+
+
 def _procfd(fd: int) -> str:
     return f"/proc/self/fd/{fd}"
 
@@ -156,6 +165,7 @@ class Rootfs:
             self._fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
             raise ContainerError(f"container root {self.path}: {e.strerror}") from None
+        self._ns = _mount_ns()
 
     def __enter__(self) -> Rootfs:
         return self
@@ -176,6 +186,11 @@ class Rootfs:
 
     def _resolve(self, rel: str, *, directory: bool = False) -> int:
         """O_PATH fd of ``rel``, all symlinks followed inside the root."""
+        if _mount_ns() != self._ns:
+            # Paths would resolve in the old namespace's mount tree: a node
+            # made there lands under the image's /dev, not the container's.
+            raise ContainerError(f"container root {self.path} was opened in another "
+                                 "mount namespace; open it after entering the container's")
         flags = os.O_PATH | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
         if rel == ".":
             return os.open(".", flags, dir_fd=self._fd)
@@ -208,11 +223,14 @@ class Rootfs:
                 fd = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
                 mode = os.fstat(fd).st_mode
                 if stat.S_ISLNK(mode):
-                    os.close(fd)
                     hops += 1
                     if hops > _MAX_HOPS or fs_type(cur) == PROC_SUPER_MAGIC:
+                        os.close(fd)
                         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), rel)
-                    target = os.readlink(part, dir_fd=cur)
+                    try:
+                        target = os.readlink("", dir_fd=fd)  # this very link
+                    finally:
+                        os.close(fd)
                     if target.startswith("/"):
                         while len(stack) > 1:
                             os.close(stack.pop())
@@ -222,8 +240,7 @@ class Rootfs:
                     os.close(fd)
                     raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), rel)
                 stack.append(fd)
-            result = stack.pop()
-            return result
+            return stack.pop()
         finally:
             for fd in stack:
                 os.close(fd)
@@ -238,11 +255,11 @@ class Rootfs:
             self._makedirs(parent, 0o755)
         return self._resolve(parent, directory=True), name
 
-    def _checked(self, fd: int, rel: str) -> int:
+    def _checked(self, fd: int, rel: str) -> None:
+        """Refuse procfs, sysfs and the like: their files act on the host kernel."""
         kind = _PSEUDO_FS.get(fs_type(fd))
         if kind:
-            raise ContainerError(f"{self._show(rel)}: on {kind}, refusing to change it")
-        return fd
+            raise ContainerError(f"{self._show(rel)}: on {kind}, refusing to touch it")
 
     def _show(self, rel: str) -> str:
         return f"{'/' if rel == '.' else '/' + rel} in container root {self.path}"
@@ -269,19 +286,31 @@ class Rootfs:
         rel = _normalize(path)
         try:
             fd = self._resolve(rel)
+            try:
+                real = os.readlink(_procfd(fd))
+                top = os.readlink(_procfd(self._fd))
+            finally:
+                os.close(fd)
         except OSError as e:
             raise self._fail(rel, e) from None
-        try:
-            real = os.readlink(_procfd(fd))
-            top = os.readlink(_procfd(self._fd))
-        finally:
-            os.close(fd)
         if real == top:
             return "/"
         prefix = top.rstrip("/") + "/"
         if not real.startswith(prefix):
             raise ContainerError(f"{self._show(rel)}: resolves outside the root ({real})")
         return "/" + real[len(prefix):]
+
+    def is_read_only(self, path: str = "/") -> bool:
+        """Whether ``path`` resolves onto a read-only mount."""
+        rel = _normalize(path)
+        try:
+            fd = self._resolve(rel)
+            try:
+                return bool(os.statvfs(fd).f_flag & os.ST_RDONLY)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise self._fail(rel, e) from None
 
     def open(self, path: str) -> int:
         """A read-only fd on a regular file or directory in the root.
@@ -293,6 +322,7 @@ class Rootfs:
         try:
             fd = self._resolve(rel)
             try:
+                self._checked(fd, rel)  # e.g. reading /proc/kmsg consumes the host's log
                 mode = os.fstat(fd).st_mode
                 if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                     raise ContainerError(f"{self._show(rel)}: not a regular file or directory")
@@ -324,6 +354,8 @@ class Rootfs:
         fd = self.open(path)
         try:
             return os.listdir(fd)
+        except OSError as e:
+            raise self._fail(_normalize(path), e) from None
         finally:
             os.close(fd)
 
@@ -348,7 +380,13 @@ class Rootfs:
         except FileNotFoundError:
             pass
         except NotADirectoryError:
-            raise ContainerError(f"{self._show(rel)}: exists and is not a directory") from None
+            try:
+                os.close(self._resolve(rel))
+            except OSError:
+                pass  # a parent is the culprit: creating it says which
+            else:
+                raise ContainerError(
+                    f"{self._show(rel)}: exists and is not a directory") from None
         parent, name = self._parent(rel, create=True)
         try:
             self._checked(parent, rel)
@@ -505,7 +543,7 @@ class Rootfs:
 
     @staticmethod
     def _replace(parent: int, name: str, create) -> None:
-        tmp = f".{name[:200]}.nvct-{secrets.token_hex(6)}"
+        tmp = f".{name[:200]}.nvct-{os.urandom(6).hex()}"
         create(tmp)
         try:
             st = os.stat(name, dir_fd=parent, follow_symlinks=False)
@@ -551,9 +589,11 @@ class Rootfs:
             try:
                 flags = ((MS_RDONLY if readonly else 0) | (MS_NOSUID if nosuid else 0)
                          | (MS_NODEV if nodev else 0) | (MS_NOEXEC if noexec else 0))
-                self._mount_checked(rel, target, _procfd(src), None, MS_BIND, None,
-                                    lambda st: (st.st_dev, st.st_ino)
-                                    == (src_st.st_dev, src_st.st_ino),
+                def landed(fd: int) -> bool:
+                    st = os.fstat(fd)
+                    return (st.st_dev, st.st_ino) == (src_st.st_dev, src_st.st_ino)
+
+                self._mount_checked(rel, target, _procfd(src), None, MS_BIND, None, landed,
                                     remount=MS_BIND | MS_REMOUNT | flags)
             finally:
                 os.close(target)
@@ -574,10 +614,10 @@ class Rootfs:
         try:
             target = self._mount_target(rel, True)
             try:
-                before = os.fstat(target)
+                before = os.fstat(target).st_dev
                 self._mount_checked(
                     rel, target, "tmpfs", "tmpfs", flags, options or None,
-                    lambda st: st.st_dev != before.st_dev)
+                    lambda fd: os.fstat(fd).st_dev != before and fs_type(fd) == TMPFS_MAGIC)
             finally:
                 os.close(target)
         except OSError as e:
@@ -614,23 +654,31 @@ class Rootfs:
                        flags: int, data: str | None, landed, remount: int = 0) -> None:
         """Mount onto the resolved ``target`` fd, then check ``rel`` shows it.
 
-        ``landed(stat)`` tells whether a fresh resolution of ``rel`` is the new
-        mount. If not (the tree changed under us), the mount is detached again.
+        ``landed(fd)`` tells whether a fresh resolution of ``rel`` is the new
+        mount. If not (the tree changed under us), or the remount with the
+        final flags fails, the mount is detached again.
         """
         mount(source, _procfd(target), fstype, flags, data)
         try:
-            fresh = self._resolve(rel)
             try:
-                if not landed(os.fstat(fresh)):
+                fresh = self._resolve(rel)
+            except OSError:
+                fresh = -1
+            try:
+                if fresh < 0 or not landed(fresh):
                     raise ContainerError(
                         f"{self._show(rel)}: changed while mounting; mount undone")
                 if remount:
                     mount(None, _procfd(fresh), None, remount)
             finally:
-                os.close(fresh)
+                if fresh >= 0:
+                    os.close(fresh)
         except BaseException:
             # umount's lookup crosses mounts on the last hop: this is ours.
-            umount(_procfd(target), MNT_DETACH)
+            try:
+                umount(_procfd(target), MNT_DETACH)
+            except OSError:
+                pass  # the first error is the one to report
             raise
 
 

@@ -43,7 +43,7 @@ def parse(argv: list[str], cwd: str | None = None) -> RuncArgs:
     sub = argv[i]
     bundle = None
     container_id = None
-    if sub == "create":
+    if sub in ("create", "run"):
         bundle, container_id = _parse_create(argv[i + 1:])
         bundle = os.path.abspath(os.path.join(cwd or os.getcwd(), bundle or "."))
     return RuncArgs(sub, bundle, container_id, values.get("--log"), values.get("--log-format"))

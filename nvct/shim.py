@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
 
         config = config_mod.load()
         runtime = lowlevel.find(config.runtimes)
-        if args.subcommand == "create":
+        if args.subcommand in ("create", "run"):
             _create(args, config, start)
     except NvctError as e:
         _fail(args, str(e))

@@ -33,6 +33,8 @@ fi
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-if ! .venv/bin/python -c 'import nvct, sys; sys.exit(0 if nvct.__file__.startswith("'"$PWD"'") else 1)' 2>/dev/null; then
-  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . >/dev/null
+# Editable install (console scripts included); checked from / so the checkout's cwd does not count.
+if [ ! -x .venv/bin/nvidia-container-runtime ] || ! (cd / && "$OLDPWD/.venv/bin/python" -c "import nvct, sys; sys.exit(nvct.__file__ != \"$PWD/nvct/__init__.py\")") 2>/dev/null; then
+  # compat mode: a .pth path entry, which wins over an installed nvct deb in dist-packages.
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . >/dev/null
 fi

@@ -34,6 +34,9 @@ def main(argv: list[str]) -> int:
     except NvctError as e:
         sys.stderr.write(f"nvct hook {argv[0]}: {e}\n")
         return 1
+    except Exception as e:  # noqa: BLE001 - runc shows stderr to the user: one line, no traceback
+        sys.stderr.write(f"nvct hook {argv[0]}: internal error: {type(e).__name__}: {e}\n")
+        return 1
     return 0
 
 

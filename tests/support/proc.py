@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import secrets
 import select
 import shutil
@@ -58,11 +59,12 @@ class Result:
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         timeout: float = 60, cwd: str | None = None,
-        input: str | None = None) -> Result:
+        input: str | None = None, on_timeout=None) -> Result:
     """Run ``argv`` to completion (stdin /dev/null unless ``input``).
 
     A command that outlives ``timeout`` is killed with its whole process
-    group and reported as ``timed_out`` rather than raising.
+    group and reported as ``timed_out`` rather than raising; ``on_timeout()``
+    then gets to kill what escaped the group (a container holding our pipes).
     """
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -75,6 +77,8 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         timed_out = False
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
+        if on_timeout is not None:
+            on_timeout()
         out, err = _drain(proc)
         timed_out = True
     return Result(rc=proc.returncode, stdout=out.decode(errors="replace"),
@@ -186,11 +190,12 @@ def stop_pid(pid: int, *, timeout: float = 20, sig: int = signal.SIGTERM) -> Non
         wait_gone(pid, 5)
 
 
-def pids_referencing(text: str) -> list[int]:
-    """Live processes whose command line contains ``text`` (a private path of ours)."""
+def pids_referencing(path: str) -> list[int]:
+    """Live processes whose command line names ``path`` (a private path of ours)
+    or something below it."""
     found = []
     me = os.getpid()
-    needle = text.encode()
+    pattern = re.compile(re.escape(path.rstrip("/").encode()) + rb"(?=[/\x00]|$)")
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
@@ -199,7 +204,7 @@ def pids_referencing(text: str) -> list[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if needle in cmdline and alive(int(entry)):
+        if pattern.search(cmdline) and alive(int(entry)):
             found.append(int(entry))
     return found
 

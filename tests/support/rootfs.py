@@ -20,6 +20,7 @@ BUSYBOX = "/bin/busybox"
 LDCONFIG = "/sbin/ldconfig"
 LOADER = "/lib64/ld-linux-x86-64.so.2"
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+GLIBC_EXTRA = ("libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1")
 MULTIARCH = "x86_64-linux-gnu"
 PROBE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dlopen_probe.c")
 #: Where the probe lives inside the rootfs.
@@ -57,6 +58,9 @@ def build_base_rootfs(dest: str, *, merged_usr: bool = False) -> str:
     _link_applets(dest)
     _install(LOADER, dest, f"/lib/{MULTIARCH}/ld-linux-x86-64.so.2")
     _install(LIBC, dest, f"/lib/{MULTIARCH}/libc.so.6")
+    # What any glibc image has and the driver's libraries need (DT_NEEDED of libcuda).
+    for name in GLIBC_EXTRA:
+        _install(f"/lib/{MULTIARCH}/{name}", dest, f"/lib/{MULTIARCH}/{name}")
     os.symlink(f"/lib/{MULTIARCH}/ld-linux-x86-64.so.2",
                _host(dest, "/lib64/ld-linux-x86-64.so.2"))
     _install(LDCONFIG, dest, "/sbin/ldconfig", need_static=True)
@@ -71,10 +75,25 @@ def build_base_rootfs(dest: str, *, merged_usr: bool = False) -> str:
 
 
 def refresh_ld_cache(rootfs: str) -> None:
-    """(Re)write ``<rootfs>/etc/ld.so.cache`` with the host's ldconfig (needs root: chroot)."""
-    proc = subprocess.run([LDCONFIG, "-r", rootfs], capture_output=True, text=True)
+    """(Re)write ``<rootfs>/etc/ld.so.cache`` with the host's ldconfig.
+
+    ``ldconfig -r`` chroots: as non-root it runs in a user namespace.
+    """
+    proc = subprocess.run([*as_root(), LDCONFIG, "-r", rootfs], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         raise RootfsError(f"{LDCONFIG} -r {rootfs} failed: {proc.stderr.strip()}")
+
+
+def as_root() -> list[str]:
+    """Prefix for commands that need root just to chroot (none needed when root)."""
+    return [] if os.geteuid() == 0 else ["unshare", "--map-root-user"]
+
+
+def run_in_rootfs(rootfs: str, *argv: str) -> subprocess.CompletedProcess:
+    """Run ``argv`` chrooted into ``rootfs`` (no container: just to inspect it)."""
+    return subprocess.run([*as_root(), "chroot", rootfs, *argv], capture_output=True,
+                          text=True)
 
 
 def base_rootfs(*, merged_usr: bool = False) -> str:

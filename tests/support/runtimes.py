@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Iterator, Mapping, Sequence
 
-from .proc import Result, run, short_tempdir, unique_id
+from .proc import Result, read_pidfile, run, short_tempdir, unique_id
 
 RUNC = "/usr/sbin/runc"
 CRUN = "/usr/bin/crun"
@@ -40,7 +40,8 @@ def run_container(runtime_argv: Sequence[str], bundle: str | os.PathLike,
         base = _base_argv(runtime_argv, state, log_file)
         try:
             result = run([*base, "run", "--bundle", bundle, cid], env=env,
-                         timeout=timeout, cwd=bundle)
+                         timeout=timeout, cwd=bundle,
+                         on_timeout=lambda: _force_delete(base, cid, env))
         finally:
             _force_delete(base, cid, env)
     result.log = _read(log_file)
@@ -73,22 +74,25 @@ def create_start_delete(runtime_argv: Sequence[str], bundle: str | os.PathLike,
                 pidfile = os.path.join(scratch, "pid")
                 with open(out_path, "wb") as out, open(err_path, "wb") as err:
                     t0 = time.monotonic()
-                    create = subprocess.run(
-                        [*base, "create", "--bundle", bundle, "--pid-file", pidfile, cid],
-                        stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=bundle,
-                        env=None if env is None else dict(env), timeout=timeout)
+                    try:
+                        rc = subprocess.run(
+                            [*base, "create", "--bundle", bundle, "--pid-file", pidfile,
+                             cid], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                            cwd=bundle, env=None if env is None else dict(env),
+                            timeout=timeout).returncode
+                    except subprocess.TimeoutExpired:
+                        rc, timed_out = -1, True
                 timings["create"] = time.monotonic() - t0
-                rc = create.returncode
                 if rc == 0:
-                    pid = int(open(pidfile).read().strip())
-                    rc, timed_out = _start_and_wait(base, cid, pid, env, timeout,
-                                                    timings, steps)
+                    rc, timed_out = _start_and_wait(base, cid, read_pidfile(pidfile), env,
+                                                    timeout, timings, steps)
             finally:
-                if "start" in timings:
+                exited = "wait" in timings and not timed_out
+                if exited:
                     t0 = time.monotonic()
                     steps.append(run([*base, "delete", cid], env=env, timeout=timeout))
                     timings["delete"] = time.monotonic() - t0
-                if "delete" not in timings or not steps[-1].ok:
+                if not exited or not steps[-1].ok:
                     _force_delete(base, cid, env)
         timings["total"] = sum(timings.values())
         stderr = _read(err_path) + "".join(s.stderr for s in steps if not s.ok)

@@ -1,0 +1,181 @@
+"""A CDI spec for this node's GPUs, as ``nvidia-ctk cdi generate`` makes one.
+
+Devices: one per GPU and one per MIG device, under every name the naming
+strategies give (``index``: ``0``, ``0:1``; ``uuid``: the GPU or MIG UUID;
+``type-index``: ``gpu0``, ``mig0:1``), and ``all`` merging them. Unlike the
+reference generator, a GPU with MIG enabled gets a device too: the
+reference's legacy mode gives such a GPU whole, and nvct's modes agree with
+each other. What every GPU container needs (control nodes, libraries,
+binaries, IPC sockets, firmware, the createContainer hook) is the spec's own
+``containerEdits``, with ``NVIDIA_VISIBLE_DEVICES=void`` so that no hook
+injects the GPUs a second time.
+
+Host paths lie under the driver and device roots, container paths are as on
+a host (:mod:`nvct.injection` computes both). The ``management`` mode gives
+one ``all`` device with every NVIDIA device node, for monitoring containers.
+
+The result's ``cdiVersion`` is the lowest that can express it, so a plain GPU
+spec is readable by runtimes that know only CDI 0.5.0 (podman 4.3).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterable, Sequence
+
+from nvct import devices, injection
+from nvct.cdi import names, schema
+from nvct.cdi import spec as spec_mod
+from nvct.config import ALL_CAPABILITIES
+from nvct.driver import Driver, Gpu, MigDevice, Node
+from nvct.edits import ContainerEdits, DeviceNode
+from nvct.errors import DriverError, NvctError, RequestError
+
+STRATEGIES = ("index", "uuid", "type-index")
+DEFAULT_STRATEGIES = ("index", "uuid")
+MODES = ("auto", "nvml", "management")
+DEFAULT_VENDOR = "nvidia.com"
+DEFAULT_CLASS = "gpu"
+ALL_DEVICE = "all"
+NONE_DEVICE = "none"
+VOID_ENV = "NVIDIA_VISIBLE_DEVICES=void"
+
+#: A CDI spec serves any container: every capability's files (no 32-bit libraries, as the reference).
+CAPABILITIES = tuple(c for c in ALL_CAPABILITIES if c != "compat32")
+
+#: Device nodes of the management mode, and name prefixes it leaves out (as the reference).
+_MANAGEMENT_NODES = (
+    "/dev/nvidia*", "/dev/nvidia-caps/nvidia-cap*", "/dev/nvidia-modeset", "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-uvm", "/dev/nvidiactl", "/dev/nvidia-caps-imex-channels/channel*",
+)
+_MANAGEMENT_SKIPPED = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
+
+
+def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cls: str = DEFAULT_CLASS,
+             device_ids: Sequence[str] = (ALL_DEVICE,), strategies: Sequence[str] = DEFAULT_STRATEGIES,
+             mode: str = "auto", all_device: bool = True) -> dict[str, Any]:
+    """The spec (a mapping ready to write) for ``driver``'s devices."""
+    reason = names.vendor_error(vendor) or names.class_error(cls)
+    if reason:
+        raise NvctError(f"invalid CDI kind {vendor}/{cls}: {reason}")
+    if mode not in MODES:
+        raise NvctError(f"unknown CDI generate mode {mode!r} (one of {', '.join(MODES)})")
+    common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path)
+    if mode == "management":
+        entries = [(ALL_DEVICE, _management_edits(driver))]
+        common.device_nodes = []
+        all_device = False
+    elif NONE_DEVICE in device_ids:
+        entries = [(NONE_DEVICE, ContainerEdits(env=[VOID_ENV]))]
+        all_device = False
+    else:
+        entries = _device_entries(driver, device_ids, _unique_strategies(strategies))
+    common.env.append(VOID_ENV)
+    if all_device and entries and not any(name == ALL_DEVICE for name, _ in entries):
+        merged = ContainerEdits()
+        for _, edits in entries:
+            merged.extend(edits)
+        entries.append((ALL_DEVICE, merged))
+    raw: dict[str, Any] = {
+        "cdiVersion": "",
+        "kind": f"{vendor}/{cls}",
+        "devices": [{"name": name, "containerEdits": _sorted(_without(edits, common)).to_cdi()}
+                    for name, edits in sorted(entries, key=lambda e: e[0])],
+        "containerEdits": _sorted(common).to_cdi(),
+    }
+    try:
+        raw["cdiVersion"] = schema.minimum_version(raw)
+        spec_mod.validate(raw)
+    except schema.Invalid as e:  # pragma: no cover - a bug in the generator
+        raise NvctError(f"generated CDI spec is invalid: {e}") from None
+    return raw
+
+
+def device_names(gpu: Gpu, strategies: Sequence[str]) -> list[str]:
+    by = {"index": str(gpu.index), "uuid": gpu.uuid, "type-index": f"gpu{gpu.index}"}
+    return [by[s] for s in strategies]
+
+
+def mig_device_names(gpu: Gpu, mig: MigDevice, strategies: Sequence[str],
+                     mig_uuid: Callable[[Gpu, MigDevice], str]) -> list[str]:
+    out = []
+    for s in strategies:
+        if s == "index":
+            out.append(f"{gpu.index}:{mig.index}")
+        elif s == "type-index":
+            out.append(f"mig{gpu.index}:{mig.index}")
+        else:
+            out.append(mig_uuid(gpu, mig))
+    return out
+
+
+def _device_entries(driver: Driver, device_ids: Sequence[str],
+                    strategies: Sequence[str]) -> list[tuple[str, ContainerEdits]]:
+    selection = devices.select(tuple(device_ids), driver, what="--device-id")
+    entries: list[tuple[str, ContainerEdits]] = []
+    for gpu in selection.gpus:
+        edits = injection.gpu_edits(driver, gpu, CAPABILITIES)
+        entries.extend((name, edits) for name in device_names(gpu, strategies))
+    uuids: dict[tuple[int, int], str] = {}
+
+    def mig_uuid(gpu: Gpu, mig: MigDevice) -> str:
+        if not uuids:
+            uuids.update({where: uuid for uuid, where in driver.mig_uuids.items()})
+        try:
+            return uuids[(gpu.index, mig.index)]
+        except KeyError:
+            raise DriverError(f"NVML reports no UUID for MIG device {mig.name} "
+                              f"(GPU {gpu.index}, GI {mig.gi}, CI {mig.ci})") from None
+
+    for gpu, mig in selection.migs:
+        edits = injection.mig_edits(driver, gpu, mig, CAPABILITIES)
+        entries.extend((name, edits) for name in mig_device_names(gpu, mig, strategies, mig_uuid))
+    return entries
+
+
+def _management_edits(driver: Driver) -> ContainerEdits:
+    nodes: dict[str, Node] = {}
+    for node in driver.glob_nodes(*_MANAGEMENT_NODES):
+        if not os.path.basename(node.path).startswith(_MANAGEMENT_SKIPPED):
+            nodes.setdefault(node.path, node)
+    if not nodes:
+        raise DriverError(f"no NVIDIA device nodes found under {driver.dev_host_path('/dev')}")
+    return ContainerEdits(device_nodes=[
+        DeviceNode(n.path, n.major, n.minor, host_path=n.host_path, file_mode=n.file_mode,
+                   reason="management: every NVIDIA device node") for n in nodes.values()])
+
+
+def _unique_strategies(strategies: Iterable[str]) -> list[str]:
+    out = []
+    for s in strategies:
+        if s not in STRATEGIES:
+            raise RequestError(f"unknown device name strategy {s!r} (one of {', '.join(STRATEGIES)})")
+        if s not in out:
+            out.append(s)
+    return out or list(DEFAULT_STRATEGIES)
+
+
+def _without(edits: ContainerEdits, common: ContainerEdits) -> ContainerEdits:
+    """A device's edits minus what the spec's own edits already give, unless that leaves none."""
+    rest = ContainerEdits(
+        env=[e for e in edits.env if e not in common.env],
+        device_nodes=[n for n in edits.device_nodes if n not in common.device_nodes],
+        mounts=[m for m in edits.mounts if m not in common.mounts],
+        hooks=[h for h in edits.hooks if h not in common.hooks],
+        additional_gids=[g for g in edits.additional_gids if g not in common.additional_gids],
+    )
+    return edits if rest.is_empty() else rest
+
+
+def _sorted(edits: ContainerEdits) -> ContainerEdits:
+    """Nodes and mounts by depth, then path: a parent directory's mount comes first."""
+    def depth(path: str) -> tuple[int, str]:
+        return os.path.normpath(path).count("/"), path
+
+    return ContainerEdits(
+        env=list(edits.env),
+        device_nodes=sorted(edits.device_nodes, key=lambda n: depth(n.path)),
+        mounts=sorted(edits.mounts, key=lambda m: depth(m.container_path)),
+        hooks=list(edits.hooks),
+        additional_gids=list(edits.additional_gids),
+    )

@@ -1,0 +1,65 @@
+"""The shim's ``cdi`` mode: the requested CDI devices' edits, from the spec directories.
+
+Requests come as names in ``NVIDIA_VISIBLE_DEVICES``, as volume mounts under
+``/var/run/nvidia-container-devices/cdi/``, or as annotations under the
+configured prefixes (:mod:`nvct.request` reads all three). A name that is not
+fully qualified is a device of ``default-kind`` (``0`` ->
+``nvidia.com/gpu=0``; ``none`` -> ``nvidia.com/gpu=none``, as the reference).
+
+Devices of the kind ``runtime.nvidia.com/gpu`` are the reference's
+*automatic* devices: their spec is generated for the request, in memory,
+instead of being read from disk; they cannot be mixed with other CDI devices.
+"""
+
+from __future__ import annotations
+
+from nvct.cdi import names
+from nvct.cdi.registry import Registry
+from nvct.edits import ContainerEdits
+from nvct.errors import ConfigError, RequestError
+
+DEFAULT_KIND_KEY = "nvidia-container-runtime.modes.cdi.default-kind"
+SPEC_DIRS_KEY = "nvidia-container-runtime.modes.cdi.spec-dirs"
+AUTOMATIC_VENDOR = "runtime.nvidia.com"
+AUTOMATIC_CLASS = "gpu"
+AUTOMATIC_KIND = f"{AUTOMATIC_VENDOR}/{AUTOMATIC_CLASS}"
+
+
+def requested_names(request, config) -> list[str]:
+    """The fully-qualified names a request asks for, in order, without repeats."""
+    if request.devices is None:
+        return []
+    kind = config.get(DEFAULT_KIND_KEY) or "nvidia.com/gpu"
+    reason = names.kind_error(kind)
+    if reason:
+        raise ConfigError(f"{config.path or 'config'}: {DEFAULT_KIND_KEY}: {reason}")
+    return list(dict.fromkeys(names.qualify(d, kind) for d in request.devices or ("none",)))
+
+
+def edits_for(request, config) -> ContainerEdits:
+    """Resolve the request's CDI devices to edits (one error for every unknown name)."""
+    wanted = requested_names(request, config)
+    if not wanted:
+        return ContainerEdits()
+    automatic = [n for n in wanted if n.startswith(AUTOMATIC_KIND + "=")]
+    if automatic:
+        if len(automatic) != len(wanted):
+            raise RequestError(f"CDI devices of kind {AUTOMATIC_KIND} cannot be requested "
+                               f"together with other CDI devices ({', '.join(wanted)})")
+        return _automatic_registry(automatic, config).resolve(wanted)
+    dirs = config.get(SPEC_DIRS_KEY) or ()
+    if isinstance(dirs, str):
+        dirs = [dirs]
+    return Registry(dirs).resolve(wanted)
+
+
+def _automatic_registry(wanted: list[str], config) -> Registry:
+    """A registry of one spec generated now for just the requested devices."""
+    from nvct.cdi import generate, spec as spec_mod
+    from nvct.driver import Driver
+    from nvct.injection import hook_executable
+
+    ids = [n.partition("=")[2] for n in wanted]
+    raw = generate.generate(Driver.from_config(config), hook_path=hook_executable(config),
+                            vendor=AUTOMATIC_VENDOR, cls=AUTOMATIC_CLASS, device_ids=ids)
+    return Registry.from_specs([spec_mod.validate(raw, f"<generated for {', '.join(ids)}>")])

@@ -1,0 +1,38 @@
+"""``nvct simulate``: GPU nodes without GPUs, for tests and CI."""
+
+from __future__ import annotations
+
+import click
+
+from nvct.simulate.driver import DEFAULT_DRIVER_VERSION
+
+
+@click.group("simulate", help="Simulated NVIDIA hardware: run GPU containers on machines without a GPU.")
+def simulate_group():
+    pass
+
+
+@simulate_group.command("node")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--driver-version", default=DEFAULT_DRIVER_VERSION, show_default=True,
+              help="Driver version to simulate (e.g. 535.161.08, 550.54.15, 570.124.06).")
+@click.option("--gpus", type=click.IntRange(1, 254), default=None,
+              help="Number of GPUs (default: all of the topology; more than it adds synthetic ones).")
+@click.option("--mig/--no-mig", default=True, show_default=True, help="Create the topology's MIG devices.")
+@click.option("--topology", type=click.Path(dir_okay=False), default=None,
+              help="Topology JSON file (default: a DGX H100; schema in docs/simulated-node.md).")
+@click.option("--device-nodes/--no-device-nodes", default=True, show_default=True,
+              help="Create device nodes (needs root); without them NVML reports no driver loaded.")
+@click.option("--force", is_flag=True, help="Build into a non-empty directory that is not a simulated node.")
+def node_command(directory, driver_version, gpus, mig, topology, device_nodes, force):
+    """Build a simulated GPU node in DIRECTORY (driver root, dev root and DIRECTORY/proc)."""
+    from nvct.simulate import build_node
+
+    m = build_node(directory, driver_version=driver_version, topology=topology, gpus=gpus, mig=mig,
+                   device_nodes=device_nodes, force=force)
+    models = sorted({g["model"] for g in m["gpus"]})
+    migs = sum(len(g["mig_devices"]) for g in m["gpus"])
+    click.echo(f"simulated node at {m['roots']['driver_root']}: {len(m['gpus'])} x {', '.join(models)}, "
+               f"{migs} MIG device(s), driver {m['driver_version']}, CUDA {m['cuda_version']}, "
+               f"{len(m['libraries'])} libraries, {len(m['device_nodes'])} device nodes")
+    click.echo(f"config: {m['config']}")

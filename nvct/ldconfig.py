@@ -1,0 +1,301 @@
+"""Refreshing a container's ld.so cache without trusting the container.
+
+Injected driver libraries are found by the container's dynamic loader only
+once its ``/etc/ld.so.cache`` knows them. ldconfig writes that cache and
+creates SONAME symlinks in every library directory, so a hostile image can
+aim it at the host with symlinks (CVE-2025-23267) or run its own code with
+the hook's privileges if the image's ldconfig is used. Here:
+
+* the folder list goes into ``/etc/ld.so.conf.d/`` through :class:`Rootfs`;
+* the host's ldconfig runs, never the image's: it must be statically linked
+  (nothing loaded from the container), is opened before the chroot and
+  executed from that fd;
+* it runs in a child that is in a private mount namespace with procfs and
+  other pseudo filesystems under the root detached (their magic links, like
+  ``/proc/1/root``, lead out of any chroot), chrooted into the root, with
+  only DAC capabilities, no_new_privs, a fixed environment, no inherited fds,
+  in new network and IPC namespaces, and a time limit.
+
+Symlinks the image planted then resolve inside the root, like everything the
+chrooted ldconfig touches.
+
+Call this in the container's mount namespace (see nvct.namespaces), where the
+injected libraries are mounted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import select
+import struct
+import time
+from typing import Sequence
+
+from nvct import privileges
+from nvct.errors import ContainerError
+from nvct.namespaces import mounts, unshare_mount_namespace
+from nvct.rootfs import MNT_DETACH, UMOUNT_NOFOLLOW, Rootfs, umount
+
+CONF_PATH = "/etc/ld.so.conf.d/00-nvct-driver.conf"
+CACHE_PATH = "/etc/ld.so.cache"
+DEFAULT_LDCONFIG = "@/sbin/ldconfig"
+
+# ldconfig writes files and symlinks owned by whoever owns the image's dirs.
+_KEEP_CAPS = {"dac_override", "dac_read_search", "fowner"}
+# Mounts whose files act on the host kernel or lead out of a chroot.
+_DETACH_FSTYPES = {"proc", "sysfs", "cgroup", "cgroup2", "securityfs", "debugfs",
+                   "tracefs", "bpf", "efivarfs", "nsfs", "binfmt_misc", "fusectl",
+                   "configfs", "pstore"}
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWNET = 0x40000000
+_SETUP_FAILED = 126  # the child's exit status when it failed before exec
+_PT_INTERP = 3
+_SIGKILL = 9
+_OUTPUT_LIMIT = 64 * 1024
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class ReadOnlyRootfsError(ContainerError):
+    """The container's /etc is on a read-only mount: its ld cache cannot change.
+
+    Raised rather than warned about: injected libraries outside the loader's
+    default directories would silently not be found. Callers that know every
+    library went to a default directory may catch this and carry on.
+    """
+
+
+def host_ldconfig_path(value: str) -> str:
+    """The host path of ldconfig from a config value.
+
+    ``"@/sbin/ldconfig"`` (NVIDIA's syntax for a host path) and
+    ``"/sbin/ldconfig"`` both mean the host's binary: nvct never runs the
+    image's ldconfig, since that would be image code running as the hook.
+    """
+    path = value[1:] if value.startswith("@") else value
+    if not path.startswith("/"):
+        raise ContainerError(f"ldconfig {value!r}: must be an absolute host path "
+                             "(e.g. '@/sbin/ldconfig')")
+    return path
+
+
+def open_static_executable(path: str) -> int:
+    """An O_RDONLY fd on ``path`` after checking it is a static ELF executable.
+
+    A dynamic ldconfig would, once chrooted, load its libc from the image.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
+    try:
+        problem = _static_elf_problem(fd)
+        if problem:
+            raise ContainerError(f"ldconfig {path}: {problem}")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _static_elf_problem(fd: int) -> str | None:
+    head = os.pread(fd, 64, 0)
+    if len(head) < 52 or head[:4] != b"\x7fELF":
+        return ("not an ELF executable (a wrapper script? on Ubuntu use "
+                "'@/sbin/ldconfig.real')")
+    if head[4] not in (1, 2) or head[5] not in (1, 2):
+        return "malformed ELF header"
+    end = "<" if head[5] == 1 else ">"
+    if head[4] == 2:
+        if len(head) < 64:
+            return "malformed ELF header"
+        e_type, = struct.unpack_from(end + "H", head, 16)
+        phoff, = struct.unpack_from(end + "Q", head, 32)
+        phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
+    else:
+        e_type, = struct.unpack_from(end + "H", head, 16)
+        phoff, = struct.unpack_from(end + "I", head, 28)
+        phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
+    if e_type not in (2, 3) or phentsize < 4 or phnum == 0 or phnum > 4096:
+        return "not an ELF executable"
+    table = os.pread(fd, phentsize * phnum, phoff)
+    if len(table) < phentsize * phnum:
+        return "truncated ELF program headers"
+    for i in range(phnum):
+        p_type, = struct.unpack_from(end + "I", table, i * phentsize)
+        if p_type == _PT_INTERP:
+            return ("dynamically linked; a static ldconfig is required (it runs "
+                    "chrooted in the container, whose libraries must not be loaded)")
+    return None
+
+
+def _check_folder(folder: str) -> str:
+    if (not isinstance(folder, str) or not folder.startswith("/")
+            or any(c in folder for c in "\0\n\r")):
+        raise ContainerError(f"library folder {folder!r}: must be an absolute container path")
+    return "/" + "/".join(p for p in folder.split("/") if p not in ("", "."))
+
+
+def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
+                   ldconfig: str = DEFAULT_LDCONFIG, timeout: float = 60.0) -> str:
+    """Make the container at ``rootfs_path`` find libraries in ``folders``.
+
+    Writes the folders to :data:`CONF_PATH` (replacing an earlier one; it is
+    left there so later ldconfig runs in the container keep them), passes
+    them on ldconfig's command line too (the image's /etc/ld.so.conf may not
+    include ld.so.conf.d), and runs the host's ldconfig chrooted into the
+    root. With no folders only the cache is rebuilt. Returns ldconfig's
+    output (warnings). Raises :class:`ReadOnlyRootfsError` when the root's
+    /etc is read-only, ContainerError on any other failure.
+    """
+    folders = [_check_folder(f) for f in folders]
+    exe = open_static_executable(host_ldconfig_path(ldconfig))
+    try:
+        with Rootfs(rootfs_path) as root:
+            if root.is_read_only("/etc" if root.exists("/etc") else "/"):
+                raise ReadOnlyRootfsError(
+                    f"/etc in container root {rootfs_path} is read-only: cannot update "
+                    f"{CACHE_PATH} for {', '.join(folders) or 'injected libraries'}")
+            root.makedirs("/etc")
+            if folders:
+                text = "# Written by nvct: driver libraries injected into this container.\n"
+                root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders),
+                                0o644, replace=True)
+            return _run_chrooted(root, exe, ["ldconfig", "-C", CACHE_PATH, *folders],
+                                 timeout, ldconfig)
+    finally:
+        os.close(exe)
+
+
+def _run_chrooted(root: Rootfs, exe: int, argv: list[str], timeout: float,
+                  name: str) -> str:
+    root_real = os.readlink(f"/proc/self/fd/{root.fileno()}")
+    privileges.preload_prctl()  # its files are out of reach after chroot
+    devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(root.fileno(), root_real, exe, argv, devnull, out_w)
+        os.close(out_w)
+        out_w = -1
+        output, status = _collect(pid, out_r, timeout)
+    finally:
+        os.close(devnull)
+        os.close(out_r)
+        if out_w >= 0:
+            os.close(out_w)
+    text = output.decode("utf-8", "replace")
+    if status is None:
+        raise ContainerError(f"ldconfig {name} in container root {root.path}: "
+                             f"killed after {timeout:g}s")
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return text
+    last = _last_line(text)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _SETUP_FAILED \
+            and last.startswith("nvct: "):
+        raise ContainerError(f"ldconfig in container root {root.path}: {last[6:]}")
+    how = (f"exit status {os.WEXITSTATUS(status)}" if os.WIFEXITED(status)
+           else f"signal {os.WTERMSIG(status)}")
+    raise ContainerError(f"ldconfig {name} failed in container root {root.path} "
+                         f"({how}): {last or 'no output'}")
+
+
+def _child(root_fd: int, root_real: str, exe: int, argv: list[str], devnull: int,
+           out_w: int) -> None:
+    """Never returns: execs ldconfig or exits with _SETUP_FAILED."""
+    try:
+        exe, devnull, out_w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+                               for fd in (exe, devnull, out_w))
+        unshare_mount_namespace()
+        if _libc.unshare(_CLONE_NEWNET | _CLONE_NEWIPC):
+            err = ctypes.get_errno()
+            raise OSError(err, f"unshare(net, ipc): {os.strerror(err)}")
+        _detach_pseudo_mounts(root_real)
+        # root_fd still points into the caller's namespace, where procfs is
+        # mounted: chroot into this namespace's copy of the root instead.
+        new_root = os.open(root_real, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        old, new = os.fstat(root_fd), os.fstat(new_root)
+        if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
+            raise ContainerError(f"container root {root_real} changed under us")
+        os.fchdir(new_root)
+        os.chroot(".")
+        os.chdir("/")
+        os.dup2(devnull, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.closerange(3, exe)
+        os.closerange(exe + 1, os.sysconf("SC_OPEN_MAX"))
+        privileges.drop_capabilities(_KEEP_CAPS)
+        privileges.set_no_new_privs()
+        os.execve(exe, argv, privileges.minimal_env())
+    except BaseException as e:  # noqa: BLE001 - report, never return to the caller
+        msg = f"nvct: {e.strerror if isinstance(e, OSError) and e.strerror else e}"
+        for fd in (out_w, 2):  # out_w is closed once stdout/stderr are the pipe
+            try:
+                os.write(fd, (" ".join(msg.split()) + "\n").encode())
+                break
+            except BaseException:  # noqa: BLE001
+                continue
+    os._exit(_SETUP_FAILED)
+
+
+def _detach_pseudo_mounts(root_real: str) -> None:
+    """Detach procfs & co. under the root (in our private mount namespace).
+
+    Fails closed: if any is still there afterwards, ldconfig does not run.
+    """
+    prefix = root_real.rstrip("/") + "/"
+
+    def under_root() -> list[str]:
+        return [m.mount_point for m in mounts()
+                if m.fstype in _DETACH_FSTYPES
+                and (m.mount_point == root_real or m.mount_point.startswith(prefix))]
+
+    for point in sorted(under_root(), key=len, reverse=True):
+        try:
+            umount(point, MNT_DETACH | UMOUNT_NOFOLLOW)
+        except OSError:
+            pass  # gone with a parent already; checked below
+    left = under_root()
+    if left:
+        raise ContainerError(f"cannot detach {left[0]} before running ldconfig")
+
+
+def _collect(pid: int, fd: int, timeout: float) -> tuple[bytes, int | None]:
+    """Child's output (the last 64 KiB) and wait status; None status on timeout."""
+    deadline = time.monotonic() + timeout
+    buf = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, _SIGKILL)
+            os.waitpid(pid, 0)
+            return bytes(buf), None
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+        del buf[:-_OUTPUT_LIMIT]
+    while True:  # output closed: the child has exec'd and exits soon
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return bytes(buf), status
+        if time.monotonic() >= deadline:
+            os.kill(pid, _SIGKILL)
+            os.waitpid(pid, 0)
+            return bytes(buf), None
+        time.sleep(0.002)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = "".join(c if c.isprintable() else "?" for c in lines[-1])
+    return line[:300]

@@ -1,0 +1,297 @@
+"""``NVIDIA_REQUIRE_*``: what an image demands of the host's driver and GPUs.
+
+The language is libnvidia-container's: in one expression a space separates
+alternatives (any may hold) and a comma joins conditions (all must hold).
+A condition is ``PROPERTY OP VALUE`` with property ``cuda`` (the driver's
+CUDA version), ``driver`` (the kernel module version), ``arch`` (a device's
+compute capability) or ``brand`` (a device's brand, compared
+case-insensitively with ``=``/``!=`` only). Versions compare numerically,
+component by component, missing components counting as zero.
+
+As in libnvidia-container, each expression is evaluated once per visible
+device (``arch``/``brand`` refer to that device) and must hold for every one;
+with no visible device it is evaluated once and ``arch``/``brand`` hold. An
+unknown fact (no CUDA version, no brand) makes its conditions hold.
+
+Unlike libnvidia-container, which only notices a malformed condition when it
+evaluates it, every condition is checked up front: a typo is an error, not a
+pass that depends on which alternative happened to be tried first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence, Tuple
+
+from nvct.errors import RequirementError
+
+__all__ = [
+    "Condition",
+    "Requirement",
+    "DriverFacts",
+    "parse",
+    "collect",
+    "check",
+    "explain",
+    "MAX_LENGTH",
+]
+
+MAX_LENGTH = 4096  # far above any real image's value; bounds hostile ones
+
+_PREFIX = "NVIDIA_REQUIRE_"
+_JETPACK_PREFIX = "NVIDIA_REQUIRE_JETPACK"  # a CSV-mode flag, not a condition
+_DISABLE = "NVIDIA_DISABLE_REQUIRE"
+_LEGACY_VERSION = "CUDA_VERSION"
+
+_OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
+_OPERATOR_CHARS = "<>=!"
+_VERSION_PROPERTIES = ("cuda", "driver", "arch")
+_PROPERTIES = _VERSION_PROPERTIES + ("brand",)
+_VERSION = re.compile(r"[0-9][0-9.]*")
+_MAX_COMPONENT = 2**64 - 2  # strtoumax's overflow value is rejected too
+_UPDATE_HINT = ", please update your driver to a newer version, or use an earlier cuda container"
+# Go's strconv.ParseBool true spellings: how NVIDIA_DISABLE_REQUIRE is read.
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+# The loose semver libnvidia-container's caller applies to CUDA_VERSION.
+_SEMVER = re.compile(
+    r"v?([0-9]+)(?:\.([0-9]+))?(?:\.[0-9]+)?"
+    r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
+    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?"
+)
+
+Device = Tuple[Optional[str], Optional[str]]  # (arch "9.0", brand "tesla")
+
+
+@dataclass
+class DriverFacts:
+    """What the host offers; ``None`` means unknown (its conditions hold)."""
+
+    cuda: str | None = None  # "12.4"
+    driver: str | None = None  # "550.54.15"
+    devices: list[Device] = field(default_factory=list)  # the visible ones
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One ``property op value`` test; ``str()`` gives its canonical text."""
+
+    prop: str
+    op: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.prop}{self.op}{self.value}"
+
+    def holds(self, facts: DriverFacts, device: Device | None) -> bool:
+        if self.prop == "brand":
+            brand = device[1] if device else None
+            if brand is None:
+                return True
+            return (brand.lower() == self.value) == (self.op == "=")
+        if self.prop == "arch":
+            have, what = (device[0] if device else None), "device compute capability"
+        elif self.prop == "cuda":
+            have, what = facts.cuda, "driver CUDA version"
+        else:
+            have, what = facts.driver, "driver version"
+        if have is None:
+            return True
+        mine = _version_key(have)
+        if mine is None:
+            raise RequirementError(f"{what} {have!r} is not a version")
+        return _compare(mine, self.op, _version_key(self.value))
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A parsed expression: alternatives, each a tuple of conditions."""
+
+    alternatives: tuple[tuple[Condition, ...], ...]
+
+    def __str__(self) -> str:
+        return " ".join(",".join(map(str, alt)) for alt in self.alternatives)
+
+    @property
+    def properties(self) -> frozenset[str]:
+        """The properties tested (``{'cuda', 'brand'}``): which facts to gather."""
+        return frozenset(c.prop for alt in self.alternatives for c in alt)
+
+    def satisfied(self, facts: DriverFacts) -> bool:
+        return all(self._holds(facts, device) for device in _devices(facts))
+
+    def failures(self, facts: DriverFacts) -> list[str]:
+        """``[]`` when satisfied, else the first alternative's conditions:
+        the part libnvidia-container names in its error message."""
+        if self.satisfied(facts):
+            return []
+        return [str(c) for c in self.alternatives[0]]
+
+    def _holds(self, facts: DriverFacts, device: Device | None) -> bool:
+        if not self.alternatives:
+            return True
+        return any(all(c.holds(facts, device) for c in alt) for alt in self.alternatives)
+
+
+def parse(expr: str, *, name: str = "NVIDIA_REQUIRE_CUDA") -> Requirement:
+    """Parse ``expr``; ``name`` (its env var) labels errors."""
+    if len(expr) > MAX_LENGTH:
+        raise RequirementError(f"{name}: longer than {MAX_LENGTH} characters")
+    alternatives = []
+    for text in expr.split(" "):
+        if not text:
+            continue
+        conditions = tuple(_condition(part, name) for part in text.split(",") if part)
+        if not conditions:
+            raise RequirementError(f"{name}: empty alternative {_quote(text)}")
+        alternatives.append(conditions)
+    return Requirement(tuple(alternatives))
+
+
+def collect(env: Mapping[str, str], *, disable_require: bool = False) -> list[tuple[str, str]]:
+    """The ``(variable, expression)`` pairs that apply to an image's env.
+
+    Every ``NVIDIA_REQUIRE_*`` but ``NVIDIA_REQUIRE_JETPACK*``, sorted by
+    name; and for legacy images (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA``
+    empty or unset) ``cuda>=MAJOR.MINOR`` under ``CUDA_VERSION``. Nothing when
+    ``NVIDIA_DISABLE_REQUIRE`` is true or ``disable_require`` (the config
+    switch) is set; then not even a bad ``CUDA_VERSION`` is an error.
+    """
+    if disable_require or env.get(_DISABLE) in _TRUE:
+        return []
+    pairs = sorted(
+        (key, value)
+        for key, value in env.items()
+        if key.startswith(_PREFIX) and not key.startswith(_JETPACK_PREFIX)
+    )
+    legacy = env.get(_LEGACY_VERSION)
+    if legacy and not env.get(_PREFIX + "CUDA"):
+        pairs.append((_LEGACY_VERSION, f"cuda>={_major_minor(legacy)}"))
+    return pairs
+
+
+def check(env: Mapping[str, str], facts: DriverFacts, *, disable_require: bool = False) -> None:
+    """Raise :class:`RequirementError` unless every requirement holds.
+
+    The message is libnvidia-container's, e.g. ``unsatisfied condition:
+    cuda>=12.5, please update your driver ...``; the error's ``variable``
+    attribute names the env var. ``disable_require`` is the config switch.
+    """
+    pairs = collect(env, disable_require=disable_require)
+    parsed = [(name, parse(expr, name=name)) for name, expr in pairs]
+    for name, requirement in parsed:
+        failed = requirement.failures(facts)
+        if failed:
+            text = ",".join(failed)
+            hint = _UPDATE_HINT if text.startswith("cuda>=") else ""
+            error = RequirementError(f"unsatisfied condition: {text}{hint}")
+            error.variable = name  # type: ignore[attr-defined]
+            raise error
+
+
+Verdict = Tuple[str, bool]  # (condition text, holds)
+
+
+def explain(
+    env: Mapping[str, str], facts: DriverFacts, *, disable_require: bool = False
+) -> list[tuple[str, str, list[list[Verdict]]]]:
+    """Per requirement: its variable, its text, and each alternative's
+    conditions with whether they hold (a device condition holds when it does
+    for every visible device)."""
+    result = []
+    for name, expr in collect(env, disable_require=disable_require):
+        requirement = parse(expr, name=name)
+        devices = _devices(facts)
+        verdicts = [
+            [(str(c), all(c.holds(facts, d) for d in devices)) for c in alt]
+            for alt in requirement.alternatives
+        ]
+        result.append((name, expr, verdicts))
+    return result
+
+
+def _devices(facts: DriverFacts) -> Sequence[Device | None]:
+    return facts.devices or [None]
+
+
+def _condition(text: str, name: str) -> Condition:
+    start = len(text)
+    for char in _OPERATOR_CHARS:
+        found = text.find(char)
+        if 0 <= found < start:
+            start = found
+    end = start
+    while end < len(text) and text[end] in _OPERATOR_CHARS:
+        end += 1
+    prop, op, value = text[:start].lower(), text[start:end], text[end:]
+
+    def bad(reason: str) -> RequirementError:
+        return RequirementError(f"{name}: invalid condition {_quote(text)}: {reason}")
+
+    if not prop:
+        raise bad("missing property")
+    if prop not in _PROPERTIES:
+        raise bad(f"unknown property {_quote(text[:start])}")
+    if not op:
+        raise bad("missing operator")
+    if op not in _OPERATORS:
+        raise bad(f"unknown operator {_quote(op)}")
+    if not value:
+        raise bad("missing value")
+    if prop == "brand":
+        if op not in ("=", "!="):
+            raise bad("brand allows only = and !=")
+        if not (value.isascii() and value.isprintable()) or any(
+            c in _OPERATOR_CHARS for c in value
+        ):
+            raise bad(f"invalid brand {_quote(value)}")
+        return Condition(prop, op, value.lower())
+    if _version_key(value) is None:
+        raise bad(f"invalid version {_quote(value)}")
+    return Condition(prop, op, value)
+
+
+def _version_key(text: str) -> tuple[int, ...] | None:
+    """Numeric components without trailing zeros, or ``None`` if invalid."""
+    if len(text) > 64 or not _VERSION.fullmatch(text):
+        return None
+    numbers = [int(part) for part in text.split(".") if part]
+    if any(number > _MAX_COMPONENT for number in numbers):
+        return None
+    while numbers and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers)
+
+
+def _compare(have: tuple[int, ...], op: str, want: tuple[int, ...] | None) -> bool:
+    assert want is not None  # parse() validated it
+    if op == "=":
+        return have == want
+    if op == "!=":
+        return have != want
+    if op == "<":
+        return have < want
+    if op == "<=":
+        return have <= want
+    if op == ">":
+        return have > want
+    return have >= want
+
+
+def _major_minor(version: str) -> str:
+    """``CUDA_VERSION`` (loose semver, e.g. ``12.4.1``) as ``MAJOR.MINOR``."""
+    match = _SEMVER.fullmatch(version) if len(version) <= 256 else None
+    prerelease = match.group(3) if match else None
+    if (
+        match is None
+        or int(match.group(1)) >= 2**32
+        or int(match.group(2) or 0) >= 2**32
+        or any(p.isdigit() and len(p) > 1 and p[0] == "0" for p in (prerelease or "").split("."))
+    ):
+        raise RequirementError(f"{_LEGACY_VERSION}: invalid CUDA version {_quote(version)}")
+    return f"{int(match.group(1))}.{int(match.group(2) or 0)}"
+
+
+def _quote(text: str) -> str:
+    """``repr`` of at most 60 characters: safe on one line, whatever it holds."""
+    return repr(text if len(text) <= 60 else text[:57] + "...")

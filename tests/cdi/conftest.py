@@ -1,0 +1,115 @@
+"""Fixtures for the CDI tests: spec files, simulated nodes, nvct's entry points.
+
+Simulated nodes need root (mknod); tests that use them skip with the reason
+otherwise. Entry points are the installed console scripts when they sit
+beside the interpreter, else small wrappers written into a temp directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from nvct.cdi import encoding
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: Every GPU of the DGX H100 topology in MIG mode with seven 1g.10gb instances.
+_ALL_MIG = {"enabled": True, "instances": ["1g.10gb"] * 7}
+
+
+def minimal_spec(version: str = "0.5.0", kind: str = "vendor.com/device", name: str = "dev0",
+                 **edits) -> dict:
+    """A valid spec with one device whose edits are ``edits`` (default: one env var)."""
+    return {"cdiVersion": version, "kind": kind,
+            "devices": [{"name": name, "containerEdits": edits or {"env": [f"DEV={name}"]}}]}
+
+
+def write_spec(directory, name: str, spec, fmt: str | None = None) -> str:
+    """Write ``spec`` (a mapping, or raw text) to ``directory/name``."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    fmt = fmt or encoding.format_for(name) or "yaml"
+    with open(path, "w") as f:
+        f.write(spec if isinstance(spec, str) else encoding.dumps(spec, fmt))
+    return path
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the simulated node's device nodes are made with mknod)")
+
+
+@pytest.fixture(scope="session")
+def sim_base(tmp_path_factory):
+    return tmp_path_factory.mktemp("cdi-simnodes")
+
+
+@pytest.fixture(scope="session")
+def node(sim_base) -> dict:
+    """The default simulated node: DGX H100 (8 GPUs), MIG on GPU 0 with two devices."""
+    _need_root()
+    from nvct.simulate import cached_node
+
+    return cached_node(sim_base)
+
+
+@pytest.fixture(scope="session")
+def mig_node(sim_base) -> dict:
+    """8 GPUs, every one in MIG mode with 7 MIG devices (the generate benchmark's shape)."""
+    _need_root()
+    from nvct.simulate import cached_node
+    from nvct.simulate.topology import DEFAULT_TOPOLOGY
+
+    with open(DEFAULT_TOPOLOGY) as f:
+        topology = json.load(f)
+    for gpu in topology["gpus"]:
+        gpu["mig"] = dict(_ALL_MIG)
+    return cached_node(sim_base, topology=topology)
+
+
+def node_config(manifest: dict, overrides: dict | None = None):
+    """nvct's Config for a node (its nvct-config.toml), with ``overrides`` merged over it."""
+    from nvct import config
+
+    with open(manifest["config"], "rb") as f:
+        data = config.parse_toml(f.read(), manifest["config"])
+    return config.Config(deep_merge(data, overrides or {}), manifest["config"], env={})
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(
+            out.get(key), dict) else value
+    return out
+
+
+def node_driver(manifest: dict):
+    from nvct.driver import Driver
+
+    return Driver.from_config(node_config(manifest))
+
+
+@pytest.fixture(scope="session")
+def entry_points(tmp_path_factory) -> dict:
+    """Absolute paths of ``nvct`` and ``nvidia-container-runtime`` to execute."""
+    out = {}
+    bindir = os.path.dirname(sys.executable)
+    wrappers = tmp_path_factory.mktemp("bin")
+    for name, target in (("nvct", "nvct.cli:main"),
+                         ("nvidia-container-runtime", "nvct.shim:main")):
+        installed = os.path.join(bindir, name)
+        if os.path.isfile(installed) and os.access(installed, os.X_OK):
+            out[name] = installed
+            continue
+        module, func = target.split(":")
+        path = wrappers / name
+        path.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {REPO!r})\n"
+                        f"from {module} import {func}\nsys.exit({func}())\n")
+        path.chmod(0o755)
+        out[name] = str(path)
+    return out

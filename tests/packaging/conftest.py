@@ -1,0 +1,34 @@
+"""Shared by the packaging tests: where the tree is, what version it builds."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support.proc import SYSTEM_PATH, run
+
+REPO = Path(__file__).resolve().parents[2]
+#: The environment the build scripts and package tools run under: Debian's
+#: PATH only, so a pyenv or virtualenv python3 can never be picked up.
+BUILD_ENV = {"PATH": SYSTEM_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+
+
+def project_version() -> str:
+    """``[project] version`` from pyproject.toml."""
+    text = (REPO / "pyproject.toml").read_text()
+    return re.search(r'^version\s*=\s*"([^"]+)"', text, re.M).group(1)
+
+
+def build_package(script: str, out_dir: Path, timeout: float = 180) -> Path:
+    """Run ``scripts/<script> OUT_DIR`` and return the package it built."""
+    result = run(["bash", str(REPO / "scripts" / script), str(out_dir)], env=BUILD_ENV,
+                 timeout=timeout).check()
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def version() -> str:
+    return project_version()

@@ -1,0 +1,101 @@
+"""Images that aim the ld cache update at the host (CVE-2025-23267 class).
+
+/etc/ld.so.conf.d, /etc/ld.so.cache, /etc itself or a listed library folder
+are symlinks to host paths. The conf file is written through Rootfs; ldconfig
+runs chrooted with procfs detached, so whatever it follows stays inside.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from nvct import ldconfig
+from nvct.ldconfig import update_ldcache
+from nvct.namespaces import in_private_mount_namespace
+from nvct.rootfs import MS_NOSUID, mount
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, namespaces)"),
+    pytest.mark.skipif(not os.path.exists("/sbin/ldconfig"), reason="needs /sbin/ldconfig"),
+]
+FOLDER = "/opt/nv/lib"
+
+
+@pytest.fixture
+def ldscene(scene, shared_library):
+    """The scene, with a real library in the host's lib dir and in the image."""
+    shutil.copy(shared_library, scene.host / "lib")
+    (scene.root / FOLDER.lstrip("/")).mkdir(parents=True)
+    shutil.copy(shared_library, scene.root / FOLDER.lstrip("/"))
+    (scene.root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    scene.freeze()
+    return scene
+
+
+def _update(scene, proc=False, folders=(FOLDER,)):
+    errors, _ = scene.attempt([lambda r: update_ldcache(str(scene.root), list(folders))],
+                              proc=proc)
+    return errors[0]
+
+
+@pytest.mark.parametrize("kind", ["absolute", "relative", "magic"])
+def test_symlinked_conf_dir_is_not_written_through(ldscene, kind):
+    ldscene.link("/etc/ld.so.conf.d", kind, ldscene.host / "etc/ld.so.conf.d")
+    error = _update(ldscene, proc=kind == "magic")
+    assert error and ("dangling symlink" in error or "symbolic links" in error)
+    ldscene.assert_host_untouched()
+
+
+@pytest.mark.parametrize("kind", ["absolute", "relative"])
+def test_symlinked_etc_is_not_written_through(ldscene, kind):
+    shutil.rmtree(ldscene.root / "etc")
+    ldscene.link("/etc", kind, ldscene.host / "etc")
+    error = _update(ldscene)
+    assert error and "dangling symlink" in error
+    ldscene.assert_host_untouched()
+
+
+@pytest.mark.parametrize("kind", ["absolute", "relative", "magic"])
+def test_symlinked_cache_is_replaced_inside_the_root(ldscene, kind, capless_pid):
+    ldscene.link("/etc/ld.so.cache", kind, ldscene.host / "etc/ld.so.cache", pid=capless_pid)
+    assert _update(ldscene, proc=kind == "magic") is None
+    cache = ldscene.root / "etc/ld.so.cache"
+    assert not cache.is_symlink()
+    out = subprocess.run(["/sbin/ldconfig", "-p", "-C", str(cache)], capture_output=True,
+                         text=True, check=True).stdout
+    assert f"=> {FOLDER}/libnvctfoo.so.1" in out
+    ldscene.assert_host_untouched()
+
+
+@pytest.mark.parametrize("kind", ["absolute", "relative", "magic"])
+def test_symlinked_library_folder_stays_inside(ldscene, kind, capless_pid):
+    shutil.rmtree(ldscene.root / FOLDER.lstrip("/"))
+    ldscene.link(FOLDER, kind, ldscene.host / "lib", pid=capless_pid)
+    assert _update(ldscene, proc=kind == "magic") is None
+    # ldconfig creates SONAME links in the folders it scans: not in the host's
+    assert not (ldscene.host / "lib/libnvctfoo.so.1").exists()
+    ldscene.assert_host_untouched()
+
+
+def test_without_the_procfs_detach_the_magic_link_escapes(tmp_path, shared_library,
+                                                          monkeypatch, capless_pid):
+    """Why procfs is detached: a chroot does not stop /proc/<pid>/root."""
+    host_lib = tmp_path / "host/lib"
+    host_lib.mkdir(parents=True)
+    shutil.copy(shared_library, host_lib)
+    root = tmp_path / "root"
+    (root / "opt/nv").mkdir(parents=True)
+    (root / "proc").mkdir()
+    (root / FOLDER.lstrip("/")).symlink_to(f"/proc/{capless_pid}/root{host_lib}")
+    monkeypatch.setattr(ldconfig, "_detach_pseudo_mounts", lambda root_real: None)
+
+    def work():
+        mount("proc", str(root / "proc"), "proc", MS_NOSUID)
+        update_ldcache(str(root), [FOLDER])
+
+    in_private_mount_namespace(work)
+    assert os.readlink(host_lib / "libnvctfoo.so.1") == "libnvctfoo.so.1.0"

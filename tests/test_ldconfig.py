@@ -1,0 +1,232 @@
+"""Updating a container's ld cache with the host's static ldconfig, confined."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from nvct import ldconfig
+from nvct.errors import ContainerError
+from nvct.ldconfig import (CONF_PATH, ReadOnlyRootfsError, host_ldconfig_path,
+                           open_static_executable, update_ldcache)
+from nvct.namespaces import in_private_mount_namespace
+from nvct.rootfs import MS_BIND, MS_RDONLY, MS_REMOUNT, mount
+
+HOST_LDCONFIG = "/sbin/ldconfig"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, namespaces)")
+needs_ldconfig = pytest.mark.skipif(not os.path.exists(HOST_LDCONFIG),
+                                    reason=f"needs {HOST_LDCONFIG}")
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+PROBE_C = r"""
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+extern char **environ;
+int main(int argc, char **argv) {
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    int fds = 0;
+    struct dirent *de;
+    DIR *dir;
+    for (char **e = environ; *e; e++) printf("env %s\n", *e);
+    for (int i = 0; i < argc; i++) printf("arg %s\n", argv[i]);
+    printf("uid %d\n", (int)getuid());
+    printf("nnp %d\n", prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0));
+    syscall(SYS_capget, &h, d);
+    printf("cap %llx\n", ((unsigned long long)d[1].effective << 32) | d[0].effective);
+    for (int fd = 0; fd < 4096; fd++) if (fcntl(fd, F_GETFD) != -1) fds++;
+    printf("fds %d\n", fds);
+    dir = opendir("/");
+    while ((de = readdir(dir))) if (de->d_name[0] != '.') printf("root %s\n", de->d_name);
+    printf("stdin %zd\n", read(0, &h, 1));
+    return 0;
+}
+"""
+
+
+def _cc(out, source, *flags):
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run(["gcc", *flags, "-o", str(out), str(src)], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """Binaries for the tests: a library, a probe and a sleeper (static), a dynamic one."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    d = tmp_path_factory.mktemp("built")
+    return {
+        "lib": _cc(d / "libnvctfoo.so.1.0", "int nvctfoo(void) { return 42; }\n",
+                   "-shared", "-fPIC", "-Wl,-soname,libnvctfoo.so.1"),
+        "probe": _cc(d / "probe", PROBE_C, "-static"),
+        "sleeper": _cc(d / "sleeper", "#include <unistd.h>\nint main(void)"
+                       "{ sleep(30); return 0; }\n", "-static"),
+        "dynamic": _cc(d / "dynamic", "int main(void) { return 0; }\n"),
+    }
+
+
+@pytest.fixture
+def image(tmp_path, built):
+    """A container root with a library in a directory the loader does not search."""
+    root = tmp_path / "root"
+    (root / "opt/nv/lib").mkdir(parents=True)
+    (root / "etc/ld.so.conf.d").mkdir(parents=True)
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    shutil.copy(built["lib"], root / "opt/nv/lib")
+    return root
+
+
+def _cache_listing(root) -> str:
+    return subprocess.run([HOST_LDCONFIG, "-p", "-C", str(root / "etc/ld.so.cache")],
+                          capture_output=True, text=True, check=True).stdout
+
+
+# -- configuration and the binary --------------------------------------------------
+
+
+@pytest.mark.parametrize("value, path", [("@/sbin/ldconfig", "/sbin/ldconfig"),
+                                         ("/sbin/ldconfig.real", "/sbin/ldconfig.real")])
+def test_host_ldconfig_path(value, path):
+    assert host_ldconfig_path(value) == path
+
+
+@pytest.mark.parametrize("value", ["ldconfig", "@ldconfig", "@", ""])
+def test_relative_ldconfig_is_refused(value):
+    with pytest.raises(ContainerError, match="must be an absolute host path"):
+        host_ldconfig_path(value)
+
+
+@needs_ldconfig
+def test_debian_static_pie_ldconfig_is_accepted():
+    os.close(open_static_executable(HOST_LDCONFIG))
+
+
+@needs_gcc
+def test_dynamic_executable_is_refused(built):
+    with pytest.raises(ContainerError, match="dynamic: dynamically linked; a static ldconfig"):
+        open_static_executable(str(built["dynamic"]))
+
+
+def test_script_and_junk_are_refused(tmp_path):
+    script = tmp_path / "ldconfig"
+    script.write_text("#!/bin/sh\nexec /sbin/ldconfig.real \"$@\"\n")
+    with pytest.raises(ContainerError, match="not an ELF executable.*ldconfig.real"):
+        open_static_executable(str(script))
+    truncated = tmp_path / "truncated"
+    truncated.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 60)
+    with pytest.raises(ContainerError, match="truncated: not an ELF executable"):
+        open_static_executable(str(truncated))
+    with pytest.raises(ContainerError, match="missing: No such file"):
+        open_static_executable(str(tmp_path / "missing"))
+
+
+def test_relative_folder_is_refused(tmp_path):
+    with pytest.raises(ContainerError, match="library folder 'opt/lib': must be an absolute"):
+        update_ldcache(str(tmp_path), ["opt/lib"])
+
+
+# -- updating the cache ------------------------------------------------------------
+
+
+@needs_root
+@needs_ldconfig
+def test_library_in_a_listed_folder_gets_into_the_cache(image):
+    update_ldcache(str(image), ["/opt/nv/lib"])
+    assert "libnvctfoo.so.1 (libc6,x86-64) => /opt/nv/lib/libnvctfoo.so.1" in \
+        _cache_listing(image)
+    assert os.readlink(image / "opt/nv/lib/libnvctfoo.so.1") == "libnvctfoo.so.1.0"
+    assert (image / CONF_PATH.lstrip("/")).read_text().splitlines()[1:] == ["/opt/nv/lib"]
+
+
+@needs_root
+@needs_ldconfig
+def test_bare_image_without_etc_or_ld_so_conf(image):
+    shutil.rmtree(image / "etc")
+    update_ldcache(str(image), ["//opt/./nv/lib/"])
+    assert "=> /opt/nv/lib/libnvctfoo.so.1" in _cache_listing(image)
+    assert (image / CONF_PATH.lstrip("/")).read_text().splitlines()[1:] == ["/opt/nv/lib"]
+
+
+@needs_root
+@needs_ldconfig
+def test_running_again_replaces_the_conf_file(image):
+    update_ldcache(str(image), ["/opt/nv/lib", "/opt/other"])
+    update_ldcache(str(image), ["/opt/nv/lib"])
+    assert (image / CONF_PATH.lstrip("/")).read_text().splitlines()[1:] == ["/opt/nv/lib"]
+    assert os.listdir(image / "etc/ld.so.conf.d") == [os.path.basename(CONF_PATH)]
+
+
+@needs_root
+@needs_ldconfig
+def test_no_folders_only_rebuilds_the_cache(image):
+    (image / "usr/lib").mkdir(parents=True)
+    shutil.copy(image / "opt/nv/lib/libnvctfoo.so.1.0", image / "usr/lib")
+    update_ldcache(str(image), [])
+    assert "=> /usr/lib/libnvctfoo.so.1" in _cache_listing(image)
+    assert not (image / CONF_PATH.lstrip("/")).exists()
+
+
+@needs_root
+@needs_ldconfig
+def test_read_only_etc_is_reported(image):
+    def work():
+        etc = str(image / "etc")
+        mount(etc, etc, None, MS_BIND)
+        mount(None, etc, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        update_ldcache(str(image), ["/opt/nv/lib"])
+
+    with pytest.raises(ReadOnlyRootfsError, match="/etc in container root .* is read-only"):
+        in_private_mount_namespace(work)
+    assert not (image / "etc/ld.so.cache").exists()
+
+
+@needs_root
+@needs_ldconfig
+def test_ldconfig_failure_reports_its_last_line(image):
+    (image / "etc/ld.so.cache").mkdir()
+    with pytest.raises(ContainerError, match=r"failed in container root .*\(exit status 1\): "
+                                             r".*ld\.so\.cache"):
+        update_ldcache(str(image), ["/opt/nv/lib"])
+
+
+@needs_root
+def test_ldconfig_runs_confined(image, built, monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "/evil.so")
+    out = update_ldcache(str(image), ["/opt/nv/lib"], ldconfig=f"@{built['probe']}")
+    lines = out.splitlines()
+    assert [x for x in lines if x.startswith("env ")] == ["env PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+    assert [x for x in lines if x.startswith("arg ")] == [
+        "arg ldconfig", "arg -C", "arg /etc/ld.so.cache", "arg /opt/nv/lib"]
+    assert "uid 0" in lines and "nnp 1" in lines
+    # only CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+    assert "cap e" in lines
+    assert "fds 3" in lines  # stdin, stdout, stderr; nothing of ours leaks
+    assert "stdin 0" in lines  # /dev/null, never the container's stdin
+    assert sorted(x[5:] for x in lines if x.startswith("root ")) == ["etc", "opt"]
+
+
+@needs_root
+def test_a_hanging_ldconfig_is_killed(image, built):
+    start = time.monotonic()
+    with pytest.raises(ContainerError, match="killed after 0.5s"):
+        update_ldcache(str(image), [], ldconfig=f"@{built['sleeper']}", timeout=0.5)
+    assert time.monotonic() - start < 5
+
+
+def test_setup_failure_in_the_child_is_reported(image, built, monkeypatch):
+    monkeypatch.setattr(ldconfig, "_KEEP_CAPS", {"no_such_cap"})
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chroot, namespaces)")
+    with pytest.raises(ContainerError, match="ldconfig in container root .*: unknown capab"):
+        update_ldcache(str(image), [], ldconfig=f"@{built['probe']}")

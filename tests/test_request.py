@@ -1,0 +1,157 @@
+import pytest
+
+from nvct.config import Config
+from nvct.errors import RequestError
+from nvct.request import from_env, from_spec, is_privileged, is_qualified_cdi_name
+
+
+def req(env, config=None, **kw):
+    return from_env(env, config or Config(), **kw)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("all", ("all",)),
+    ("none", ()),
+    ("void", None),
+    ("", None),
+    ("0,1", ("0", "1")),
+    (" 0 , 1 ", ("0", "1")),
+    ("0,0", ("0",)),             # the reference yields an empty id here
+    ("0,all", ("all",)),
+    ("none,all", ()),            # the first of all/none wins
+    ("all,none", ("all",)),
+    ("0,void", None),            # void anywhere wins
+    ("GPU-abc,MIG-def,0:1", ("GPU-abc", "MIG-def", "0:1")),
+])
+def test_visible_devices_precedence(value, expected):
+    assert req({"NVIDIA_VISIBLE_DEVICES": value}).devices == expected
+
+
+def test_unset_visible_devices_is_not_a_gpu_container():
+    assert not req({}).is_gpu
+
+
+def test_legacy_cuda_image_defaults_to_all_devices_and_all_capabilities():
+    r = req({"CUDA_VERSION": "11.0.3"})
+    assert r.devices == ("all",)
+    assert r.legacy_image
+    assert set(r.capabilities) == {"compat32", "compute", "display", "graphics", "ngx", "utility", "video"}
+
+
+def test_image_with_require_cuda_is_not_legacy():
+    r = req({"CUDA_VERSION": "12.4.0", "NVIDIA_REQUIRE_CUDA": "cuda>=12.4"})
+    assert r.devices is None
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, ("compute", "utility")),
+    ("", ("compute", "utility")),
+    ("utility", ("utility",)),
+    ("compute,utility,compute", ("compute", "utility")),
+    ("all", ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")),
+])
+def test_driver_capabilities(value, expected):
+    env = {"NVIDIA_VISIBLE_DEVICES": "all"}
+    if value is not None:
+        env["NVIDIA_DRIVER_CAPABILITIES"] = value
+    assert req(env).capabilities == expected
+
+
+def test_unknown_capability_is_an_error_naming_it():
+    with pytest.raises(RequestError, match="NVIDIA_DRIVER_CAPABILITIES: unknown capability 'gpu'"):
+        req({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,gpu"})
+
+
+def test_capability_not_supported_by_config_is_an_error():
+    config = Config({"supported-driver-capabilities": "utility,compute"})
+    with pytest.raises(RequestError, match="'video' is not in this node's supported"):
+        req({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "video"}, config)
+
+
+def test_unprivileged_env_request_is_ignored_when_config_says_so():
+    config = Config({"accept-nvidia-visible-devices-envvar-when-unprivileged": False})
+    assert req({"NVIDIA_VISIBLE_DEVICES": "all"}, config).devices is None
+    assert req({"NVIDIA_VISIBLE_DEVICES": "all"}, config, privileged=True).devices == ("all",)
+
+
+def test_volume_mount_device_list_takes_precedence_when_accepted():
+    config = Config({"accept-nvidia-visible-devices-as-volume-mounts": True,
+                     "accept-nvidia-visible-devices-envvar-when-unprivileged": False})
+    mounts = [
+        {"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/GPU-1"},
+        {"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0"},
+        {"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/imex/3"},
+        {"source": "/etc/hosts", "destination": "/var/run/nvidia-container-devices/ignored"},
+    ]
+    r = req({"NVIDIA_VISIBLE_DEVICES": "all"}, config, mounts=mounts)
+    assert r.devices == ("GPU-1", "nvidia.com/gpu=0")
+    assert r.source == "mounts"
+    assert r.imex_channels == ("3",)
+
+
+def test_volume_mounts_ignored_unless_accepted():
+    mounts = [{"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/1"}]
+    assert req({"NVIDIA_VISIBLE_DEVICES": "0"}, mounts=mounts).devices == ("0",)
+
+
+def test_cdi_annotations_take_precedence_sorted_by_key():
+    ann = {"cdi.k8s.io/b": "nvidia.com/gpu=1", "cdi.k8s.io/a": "nvidia.com/gpu=0", "other/x": "y"}
+    r = req({}, annotations=ann)
+    assert r.devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+    assert r.only_cdi_devices
+
+
+def test_swarm_resource_env_var_is_preferred():
+    config = Config({"swarm-resource": "DOCKER_RESOURCE_GPU"})
+    r = req({"DOCKER_RESOURCE_GPU": "GPU-9", "NVIDIA_VISIBLE_DEVICES": "all"}, config)
+    assert r.devices == ("GPU-9",)
+    assert req({"NVIDIA_VISIBLE_DEVICES": "1"}, config).devices == ("1",)
+
+
+def test_mig_config_requires_privileges():
+    env = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_MIG_CONFIG_DEVICES": "all"}
+    with pytest.raises(RequestError, match="NVIDIA_MIG_CONFIG_DEVICES is set but the container is not privileged"):
+        req(env)
+    assert req(env, privileged=True).mig_config == ("all",)
+
+
+def test_imex_channels_and_gated_features():
+    r = req({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_IMEX_CHANNELS": "0,1", "NVIDIA_GDS": "enabled",
+             "NVIDIA_MOFED": "enabled", "NVIDIA_NVSWITCH": "disabled"})
+    assert r.imex_channels == ("0", "1")
+    assert r.features == {"gds", "mofed"}
+    assert req({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_IMEX_CHANNELS": "all"}).imex_channels == ()
+    with pytest.raises(RequestError, match="NVIDIA_IMEX_CHANNELS: invalid channel 'x'"):
+        req({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_IMEX_CHANNELS": "x"})
+
+
+@pytest.mark.parametrize("caps, expected", [
+    ({"bounding": ["CAP_SYS_ADMIN"]}, True),
+    ({"bounding": ["CAP_CHOWN"], "effective": ["CAP_SYS_ADMIN"]}, False),
+    (["CAP_SYS_ADMIN", "CAP_CHOWN"], True),      # old specs: a flat list
+    (None, False),
+])
+def test_privileged_is_cap_sys_admin_in_bounding_set(caps, expected):
+    spec = {"process": {"capabilities": caps}} if caps is not None else {"process": {}}
+    assert is_privileged(spec) is expected
+
+
+def test_from_spec_reads_env_and_last_duplicate_wins():
+    spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0", "PATH=/bin", "NVIDIA_VISIBLE_DEVICES=1"]}}
+    assert from_spec(spec, Config()).devices == ("1",)
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("nvidia.com/gpu=0", True), ("nvidia.com/gpu=all", True), ("vendor.example/class=dev-1", True),
+    ("nvidia.com/gpu=", False), ("nvidia.com=0", False), ("0", False), ("GPU-abc", False),
+    ("nvidia.com/gpu/x=0", False),
+])
+def test_qualified_cdi_names(name, ok):
+    assert is_qualified_cdi_name(name) is ok
+
+
+def test_disable_require():
+    r = req({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DISABLE_REQUIRE": "true", "NVIDIA_REQUIRE_CUDA": "cuda>=99"})
+    assert r.disable_require
+    r = req({"NVIDIA_VISIBLE_DEVICES": "all"}, Config({"disable-require": True}))
+    assert r.disable_require

@@ -1,0 +1,408 @@
+"""Rootfs: each operation, with both resolvers (openat2 and the manual walk)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pytest
+
+from nvct import rootfs
+from nvct.errors import ContainerError
+from nvct.namespaces import in_private_mount_namespace, mounts
+from nvct.rootfs import Rootfs
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount, mknod)")
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request, monkeypatch):
+    """Runs a test once with openat2(2) and once with the fallback walk."""
+    if request.param == "walk":
+        monkeypatch.setattr(rootfs, "_have_openat2", False)
+    elif not rootfs.openat2_available():
+        pytest.skip("kernel has no openat2(2); the walk variant covers this test")
+    return request.param
+
+
+@pytest.fixture
+def root_dir(tmp_path):
+    path = tmp_path / "root"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def root(root_dir, resolver):
+    with Rootfs(root_dir) as r:
+        yield r
+
+
+def _mount_at(point: str):
+    found = [m for m in mounts() if m.mount_point == point]
+    return found[-1] if found else None
+
+
+# -- resolution ---------------------------------------------------------
+
+
+def test_absolute_symlink_resolves_inside_root(root, root_dir):
+    (root_dir / "real").mkdir()
+    (root_dir / "link").symlink_to("/real")
+    assert root.realpath("/link") == "/real"
+    assert root.realpath("/link/../link") == "/real"
+
+
+def test_dotdot_in_symlink_is_clamped_at_root(root, root_dir):
+    (root_dir / "etc").mkdir()
+    (root_dir / "a").mkdir()
+    (root_dir / "a" / "up").symlink_to("../../../../../etc")
+    assert root.realpath("/a/up") == "/etc"
+    assert root.realpath("/../../etc") == "/etc"
+
+
+def test_symlink_loop_does_not_resolve(root, root_dir):
+    (root_dir / "a").symlink_to("b")
+    (root_dir / "b").symlink_to("a")
+    assert not root.exists("/a")
+    with pytest.raises(ContainerError, match="/a/x in container root .*Too many levels"):
+        root.makedirs("/a/x")
+
+
+def test_exists(root, root_dir):
+    (root_dir / "file").write_text("x")
+    (root_dir / "dangling").symlink_to("/nowhere")
+    assert root.exists("/file")
+    assert root.exists("/")
+    assert not root.exists("/missing")
+    assert not root.exists("/file/below")
+    assert not root.exists("/dangling")
+
+
+def test_missing_root_is_a_one_line_error(tmp_path):
+    with pytest.raises(ContainerError, match="container root .*missing: No such file"):
+        Rootfs(tmp_path / "missing")
+
+
+def test_nul_in_path_is_rejected(root):
+    with pytest.raises(ContainerError, match="invalid container path"):
+        root.exists("/a\0b")
+
+
+# -- directories, files, symlinks ------------------------------------------
+
+
+def test_makedirs_creates_missing_components_with_exact_mode(root, root_dir):
+    old = os.umask(0o077)
+    try:
+        root.makedirs("/usr/lib/firmware/nvidia", 0o755)
+    finally:
+        os.umask(old)
+    for sub in ("usr", "usr/lib", "usr/lib/firmware", "usr/lib/firmware/nvidia"):
+        assert stat.S_IMODE((root_dir / sub).stat().st_mode) == 0o755
+    root.makedirs("/usr/lib/firmware/nvidia")  # existing: fine
+
+
+def test_makedirs_follows_symlinks_inside_root(root, root_dir):
+    (root_dir / "usr" / "lib").mkdir(parents=True)
+    (root_dir / "lib").symlink_to("usr/lib")
+    root.makedirs("/lib/firmware/nvidia")
+    assert (root_dir / "usr/lib/firmware/nvidia").is_dir()
+
+
+def test_makedirs_over_a_file_is_an_error(root, root_dir):
+    (root_dir / "etc").write_text("not a dir")
+    with pytest.raises(ContainerError, match="/etc in container root .*not a directory"):
+        root.makedirs("/etc/ld.so.conf.d")
+    with pytest.raises(ContainerError, match="/etc in container root .*not a directory"):
+        root.makedirs("/etc")
+
+
+def test_makedirs_through_dangling_symlink_is_an_error(root, root_dir):
+    (root_dir / "lib").symlink_to("/nowhere")
+    with pytest.raises(ContainerError, match="dangling symlink"):
+        root.makedirs("/lib/firmware")
+    assert not (root_dir / "nowhere").exists()
+
+
+def test_write_file_creates_with_mode_and_parents(root, root_dir):
+    root.write_file("/etc/ld.so.conf.d/x.conf", "/opt\n", 0o640)
+    path = root_dir / "etc/ld.so.conf.d/x.conf"
+    assert path.read_text() == "/opt\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_write_file_refuses_an_existing_file(root, root_dir):
+    (root_dir / "f").write_text("old")
+    with pytest.raises(ContainerError, match="/f in container root .*already exists"):
+        root.write_file("/f", b"new")
+    assert (root_dir / "f").read_text() == "old"
+
+
+def test_write_file_replace_swaps_in_a_new_file(root, root_dir):
+    (root_dir / "f").write_text("old")
+    root.write_file("/f", b"new", replace=True)
+    assert (root_dir / "f").read_text() == "new"
+    assert [p.name for p in root_dir.iterdir()] == ["f"]  # no temporary left
+
+
+def test_write_file_replace_never_replaces_a_directory(root, root_dir):
+    (root_dir / "d").mkdir()
+    with pytest.raises(ContainerError, match="/d in container root .*Is a directory"):
+        root.write_file("/d", b"x", replace=True)
+    assert (root_dir / "d").is_dir()
+    assert [p.name for p in root_dir.iterdir()] == ["d"]
+
+
+def test_symlink_stores_target_text_as_given(root, root_dir):
+    root.symlink("libcuda.so.1", "/usr/lib/libcuda.so")
+    root.symlink("/abs/target", "/usr/lib/abs")
+    assert os.readlink(root_dir / "usr/lib/libcuda.so") == "libcuda.so.1"
+    assert os.readlink(root_dir / "usr/lib/abs") == "/abs/target"
+
+
+def test_symlink_identical_existing_link_is_fine(root, root_dir):
+    (root_dir / "l").symlink_to("t")
+    root.symlink("t", "/l")
+    assert os.readlink(root_dir / "l") == "t"
+
+
+def test_symlink_different_existing_entry_is_an_error(root, root_dir):
+    (root_dir / "l").symlink_to("other")
+    (root_dir / "f").write_text("x")
+    with pytest.raises(ContainerError, match="a symlink to other"):
+        root.symlink("t", "/l")
+    with pytest.raises(ContainerError, match="not a symlink"):
+        root.symlink("t", "/f")
+
+
+def test_symlink_replace(root, root_dir):
+    (root_dir / "l").symlink_to("other")
+    (root_dir / "f").write_text("x")
+    root.symlink("t", "/l", replace=True)
+    root.symlink("t", "/f", replace=True)
+    assert os.readlink(root_dir / "l") == "t"
+    assert os.readlink(root_dir / "f") == "t"
+
+
+def test_chmod_and_chown(root, root_dir):
+    (root_dir / "f").write_text("x")
+    (root_dir / "l").symlink_to("/f")
+    root.chmod("/l", 0o600)
+    assert stat.S_IMODE((root_dir / "f").stat().st_mode) == 0o600
+    if os.geteuid() == 0:
+        root.chown("/f", 123, 456)
+        st = (root_dir / "f").stat()
+        assert (st.st_uid, st.st_gid) == (123, 456)
+        root.chown("/f", gid=789)
+        assert (root_dir / "f").stat().st_gid == 789
+
+
+def test_open_read_file_and_listdir(root, root_dir):
+    (root_dir / "etc").mkdir()
+    (root_dir / "etc/os-release").write_text("ID=debian\n")
+    (root_dir / "link").symlink_to("/etc/os-release")
+    assert root.read_file("/link") == b"ID=debian\n"
+    assert root.read_file("/etc/os-release", limit=2) == b"ID"
+    assert root.listdir("/etc") == ["os-release"]
+    with pytest.raises(ContainerError, match="Not a directory"):
+        root.listdir("/etc/os-release")
+
+
+def test_open_refuses_fifos(root, root_dir):
+    os.mkfifo(root_dir / "fifo")
+    with pytest.raises(ContainerError, match="not a regular file or directory"):
+        root.open("/fifo")
+
+
+def test_realpath_of_the_root(root):
+    assert root.realpath("/") == "/"
+    assert root.realpath("") == "/"
+
+
+# -- device nodes ---------------------------------------------------------------
+
+
+@needs_root
+def test_mknod_creates_a_char_device(root, root_dir):
+    root.mknod("/dev/nvidia0", "c", 195, 0, 0o666, uid=0, gid=44)
+    st = (root_dir / "dev/nvidia0").lstat()
+    assert stat.S_ISCHR(st.st_mode)
+    assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, 0)
+    assert stat.S_IMODE(st.st_mode) == 0o666
+    assert st.st_gid == 44
+
+
+@needs_root
+def test_mknod_is_idempotent_and_resets_mode(root, root_dir):
+    root.mknod("/dev/nvidia0", "c", 195, 0, 0o600)
+    root.mknod("/dev/nvidia0", "c", 195, 0, 0o666)
+    assert stat.S_IMODE((root_dir / "dev/nvidia0").lstat().st_mode) == 0o666
+
+
+@needs_root
+def test_mknod_never_replaces_something_else(root, root_dir):
+    (root_dir / "dev").mkdir()
+    (root_dir / "dev/nvidia0").write_text("x")
+    (root_dir / "dev/nvidia1").symlink_to("/dev/null")
+    os.mknod(root_dir / "dev/nvidia2", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    for name in ("nvidia0", "nvidia1", "nvidia2"):
+        with pytest.raises(ContainerError, match="refusing to replace it"):
+            root.mknod(f"/dev/{name}", "c", 195, 0)
+    assert (root_dir / "dev/nvidia0").read_text() == "x"
+    assert os.readlink(root_dir / "dev/nvidia1") == "/dev/null"
+
+
+def test_mknod_rejects_unknown_type(root):
+    with pytest.raises(ContainerError, match="type 'p' is not"):
+        root.mknod("/dev/x", "p", 1, 1)
+
+
+# -- mounts (each in a child in a private mount namespace) --------------------
+
+
+@needs_root
+def test_bind_mount_file_read_only(resolver, root_dir, tmp_path):
+    src = tmp_path / "libcuda.so.1"
+    src.write_text("driver")
+
+    def work():
+        with Rootfs(root_dir) as root:
+            root.bind_mount(str(src), "/usr/lib/x86_64-linux-gnu/libcuda.so.1")
+        target = root_dir / "usr/lib/x86_64-linux-gnu/libcuda.so.1"
+        try:
+            target.write_text("changed")
+            writable = True
+        except OSError:
+            writable = False
+        return target.read_text(), writable, _mount_at(str(target))
+
+    content, writable, info = in_private_mount_namespace(work)
+    assert content == "driver"
+    assert not writable
+    assert info is not None
+    assert src.read_text() == "driver"
+    # the session's namespace never saw the mount
+    assert _mount_at(str(root_dir / "usr/lib/x86_64-linux-gnu/libcuda.so.1")) is None
+
+
+@needs_root
+def test_bind_mount_directory_with_flags(resolver, root_dir, tmp_path):
+    src = tmp_path / "firmware"
+    src.mkdir()
+    (src / "gsp.bin").write_text("fw")
+
+    def work():
+        with Rootfs(root_dir) as root:
+            root.bind_mount(str(src), "/lib/firmware/nvidia/1.0", readonly=False, noexec=True)
+        point = str(root_dir / "lib/firmware/nvidia/1.0")
+        options = open("/proc/self/mountinfo").read()
+        return os.listdir(point), [line for line in options.splitlines()
+                                   if f" {point} " in line]
+
+    names, lines = in_private_mount_namespace(work)
+    assert names == ["gsp.bin"]
+    assert len(lines) == 1
+    per_mount = lines[0].split()[5].split(",")
+    assert {"rw", "nosuid", "nodev", "noexec"} <= set(per_mount)
+
+
+@needs_root
+def test_bind_mount_kind_mismatch_is_an_error(root, root_dir, tmp_path):
+    src = tmp_path / "lib.so"
+    src.write_text("x")
+    (root_dir / "usr/lib/lib.so").mkdir(parents=True)
+    with pytest.raises(ContainerError, match="source .*: not a directory"):
+        root.bind_mount(str(src), "/usr/lib/other", is_dir=True)
+    with pytest.raises(ContainerError, match="mount target is a directory"):
+        in_private_mount_namespace(lambda: Rootfs(root_dir).bind_mount(str(src),
+                                                                       "/usr/lib/lib.so"))
+
+
+def test_bind_mount_missing_source_is_an_error(root, tmp_path):
+    with pytest.raises(ContainerError, match="bind mount source .*missing: No such file"):
+        root.bind_mount(str(tmp_path / "missing"), "/x")
+
+
+@needs_root
+def test_a_failed_remount_undoes_the_mount(resolver, root_dir, tmp_path, monkeypatch):
+    src = tmp_path / "lib.so"
+    src.write_text("x")
+    real_mount = rootfs.mount
+
+    def refuse_remount(source, target, fstype, flags, data=None):
+        if flags & rootfs.MS_REMOUNT:
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM), target)
+        return real_mount(source, target, fstype, flags, data)
+
+    monkeypatch.setattr(rootfs, "mount", refuse_remount)
+
+    def work():
+        before = set(mounts())
+        try:
+            Rootfs(root_dir).bind_mount(str(src), "/usr/lib/lib.so")
+            error = None
+        except ContainerError as e:
+            error = str(e)
+        return error, [m for m in mounts() if m not in before]
+
+    error, new_mounts = in_private_mount_namespace(work)
+    assert error.endswith("/usr/lib/lib.so in container root "
+                          f"{root_dir}: Operation not permitted")
+    assert new_mounts == []
+
+
+@needs_root
+def test_mount_tmpfs(resolver, root_dir):
+    def work():
+        with Rootfs(root_dir) as root:
+            root.mount_tmpfs("/run/nvidia", "size=1m,mode=0700")
+        point = str(root_dir / "run/nvidia")
+        return _mount_at(point), stat.S_IMODE(os.stat(point).st_mode)
+
+    info, mode = in_private_mount_namespace(work)
+    assert info.fstype == "tmpfs"
+    assert "size=1024k" in info.super_options
+    assert mode == 0o700
+
+
+@needs_root
+def test_nothing_on_procfs_inside_the_root_is_touched(resolver, root_dir):
+    (root_dir / "proc").mkdir()
+    (root_dir / "self").symlink_to("/proc/self")
+
+    def work():
+        rootfs.mount("proc", str(root_dir / "proc"), "proc", 0)
+        root = Rootfs(root_dir)
+        comm = os.stat("/proc/self/comm").st_mode
+        errors = []
+        me = f"/proc/{os.getpid()}"  # no symlink on the way: the check itself refuses
+        for op in (lambda: root.chmod(f"{me}/comm", 0o777),
+                   lambda: root.write_file(f"{me}/nvct", b"x"),
+                   lambda: root.write_file("/self/comm", b"x", replace=True),
+                   lambda: root.makedirs(f"{me}/nvct"),
+                   lambda: root.symlink("x", f"{me}/nvct"),
+                   lambda: root.mknod(f"{me}/nvct", "c", 1, 3),
+                   lambda: root.bind_mount("/dev/null", f"{me}/comm"),
+                   lambda: root.mount_tmpfs(f"{me}/fdinfo"),
+                   lambda: root.read_file(f"{me}/comm")):
+            try:
+                op()
+                errors.append(None)
+            except ContainerError as e:
+                errors.append(str(e))
+        return errors, comm, os.stat("/proc/self/comm").st_mode
+
+    errors, comm_before, comm_after = in_private_mount_namespace(work)
+    assert all(e is not None for e in errors), errors
+    refused = [e for e in errors if "on procfs, refusing to touch" in e]
+    # /self/comm -> /proc/self: the walk refuses every symlink on procfs (ELOOP)
+    assert len(refused) == (9 if resolver == "openat2" else 8), errors
+    assert comm_before == comm_after
+
+
+@needs_root
+def test_a_root_opened_in_another_mount_namespace_is_refused(root):
+    with pytest.raises(ContainerError, match="opened in another mount namespace"):
+        in_private_mount_namespace(root.makedirs, "/x")
