@@ -29,9 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _prestart(_option(argv, "--config"))
     except NvctError as e:
-        sys.stderr.write(f"nvidia-container-runtime-hook: {e}\n")
+        _fail(str(e))
+        return 1
+    except Exception as e:  # noqa: BLE001 - the runtime shows stderr: one line, no traceback
+        _fail(f"internal error: {type(e).__name__}: {e}")
         return 1
     return 0
+
+
+def _fail(message: str) -> None:
+    from nvct.log import logger
+
+    sys.stderr.write(f"nvidia-container-runtime-hook: {message}\n")
+    logger.error("%s", message)
 
 
 def _prestart(config_path: str | None) -> None:

@@ -255,11 +255,30 @@ class Rootfs:
             self._makedirs(parent, 0o755)
         return self._resolve(parent, directory=True), name
 
-    def _checked(self, fd: int, rel: str) -> None:
-        """Refuse procfs, sysfs and the like: their files act on the host kernel."""
+    def _checked(self, fd: int, rel: str, *, named: bool = False) -> None:
+        """Refuse procfs, sysfs and the like: their files act on the host kernel.
+
+        With ``named``, reading and mounting over such a file is allowed when
+        it is exactly the path asked for (no image symlink led there): the
+        hook masking /proc/driver/nvidia/gpus names the path itself, while an
+        image redirecting a library path to /proc/kmsg does not.
+        """
         kind = _PSEUDO_FS.get(fs_type(fd))
-        if kind:
-            raise ContainerError(f"{self._show(rel)}: on {kind}, refusing to touch it")
+        if not kind or (named and self._inside(fd, rel) == ("/" if rel == "." else "/" + rel)):
+            return
+        how = " reached through a symlink" if named else ""
+        raise ContainerError(f"{self._show(rel)}: on {kind}{how}, refusing to touch it")
+
+    def _inside(self, fd: int, rel: str) -> str:
+        """Where the resolved ``fd`` is, as an absolute path inside the root."""
+        real = os.readlink(_procfd(fd))
+        top = os.readlink(_procfd(self._fd))
+        if real == top:
+            return "/"
+        prefix = top.rstrip("/") + "/"
+        if not real.startswith(prefix):
+            raise ContainerError(f"{self._show(rel)}: resolves outside the root ({real})")
+        return "/" + real[len(prefix):]
 
     def _show(self, rel: str) -> str:
         return f"{'/' if rel == '.' else '/' + rel} in container root {self.path}"
@@ -287,18 +306,11 @@ class Rootfs:
         try:
             fd = self._resolve(rel)
             try:
-                real = os.readlink(_procfd(fd))
-                top = os.readlink(_procfd(self._fd))
+                return self._inside(fd, rel)
             finally:
                 os.close(fd)
         except OSError as e:
             raise self._fail(rel, e) from None
-        if real == top:
-            return "/"
-        prefix = top.rstrip("/") + "/"
-        if not real.startswith(prefix):
-            raise ContainerError(f"{self._show(rel)}: resolves outside the root ({real})")
-        return "/" + real[len(prefix):]
 
     def is_read_only(self, path: str = "/") -> bool:
         """Whether ``path`` resolves onto a read-only mount."""
@@ -316,13 +328,14 @@ class Rootfs:
         """A read-only fd on a regular file or directory in the root.
 
         Never opens devices, FIFOs or sockets (opening those has side
-        effects or blocks); the caller closes the fd.
+        effects or blocks), nor files on procfs/sysfs unless ``path`` names
+        them directly. The caller closes the fd.
         """
         rel = _normalize(path)
         try:
             fd = self._resolve(rel)
             try:
-                self._checked(fd, rel)  # e.g. reading /proc/kmsg consumes the host's log
+                self._checked(fd, rel, named=True)  # reading /proc/kmsg eats the host's log
                 mode = os.fstat(fd).st_mode
                 if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                     raise ContainerError(f"{self._show(rel)}: not a regular file or directory")
@@ -580,27 +593,41 @@ class Rootfs:
         except OSError as e:
             raise ContainerError(f"bind mount source {host_path}: {e.strerror}") from None
         try:
-            src_st = os.fstat(src)
-            src_dir = stat.S_ISDIR(src_st.st_mode)
+            src_dir = stat.S_ISDIR(os.fstat(src).st_mode)
             if is_dir is not None and is_dir != src_dir:
                 raise ContainerError(f"bind mount source {host_path}: "
                                      f"{'not ' if is_dir else ''}a directory")
-            target = self._mount_target(rel, src_dir)
-            try:
-                flags = ((MS_RDONLY if readonly else 0) | (MS_NOSUID if nosuid else 0)
-                         | (MS_NODEV if nodev else 0) | (MS_NOEXEC if noexec else 0))
-                def landed(fd: int) -> bool:
-                    st = os.fstat(fd)
-                    return (st.st_dev, st.st_ino) == (src_st.st_dev, src_st.st_ino)
-
-                self._mount_checked(rel, target, _procfd(src), None, MS_BIND, None, landed,
-                                    remount=MS_BIND | MS_REMOUNT | flags)
-            finally:
-                os.close(target)
+            self._mount_onto(
+                rel, src_dir,
+                lambda target: mount(_procfd(src), _procfd(target), None, MS_BIND),
+                _same_inode(src), _bind_flags(readonly, nosuid, nodev, noexec))
         except OSError as e:
             raise self._fail(rel, e) from None
         finally:
             os.close(src)
+
+    def mount_data(self, container_path: str, data: bytes | str, mode: int = 0o444) -> None:
+        """Show ``data`` as the file ``container_path`` (read-only, nosuid, nodev, noexec).
+
+        For masking a file, e.g. the driver's /proc/driver/nvidia/params. The
+        content lives in a private tmpfs that is never attached anywhere but
+        on the target (fsopen/fsmount/open_tree/move_mount, Linux 5.2+), so no
+        host path is used at all.
+        """
+        if isinstance(data, str):
+            data = data.encode()
+        rel = _normalize(container_path)
+        try:
+            tree = _detached_file(data, mode)
+            try:
+                self._mount_onto(
+                    rel, False,
+                    lambda target: _move_mount(tree, target),
+                    _same_inode(tree), _bind_flags(True, True, True, True))
+            finally:
+                os.close(tree)
+        except OSError as e:
+            raise self._fail(rel, e) from None
 
     def mount_tmpfs(self, container_path: str, options: str = "", *, nosuid: bool = True,
                     nodev: bool = True, noexec: bool = True) -> None:
@@ -609,39 +636,73 @@ class Rootfs:
         ``options`` is tmpfs's data string, e.g. ``"size=1m,mode=0755"``.
         """
         rel = _normalize(container_path)
-        flags = (MS_NOSUID if nosuid else 0) | (MS_NODEV if nodev else 0) | (
-            MS_NOEXEC if noexec else 0)
+        flags = _bind_flags(False, nosuid, nodev, noexec)
         try:
-            target = self._mount_target(rel, True)
-            try:
-                before = os.fstat(target).st_dev
-                self._mount_checked(
-                    rel, target, "tmpfs", "tmpfs", flags, options or None,
-                    lambda fd: os.fstat(fd).st_dev != before and fs_type(fd) == TMPFS_MAGIC)
-            finally:
-                os.close(target)
+            self._mount_onto(
+                rel, True,
+                lambda target: mount("tmpfs", _procfd(target), "tmpfs", flags, options or None),
+                lambda before, fresh: (os.fstat(fresh).st_dev != os.fstat(before).st_dev
+                                       and fs_type(fresh) == TMPFS_MAGIC))
         except OSError as e:
             raise self._fail(rel, e) from None
 
-    def _mount_target(self, rel: str, directory: bool) -> int:
-        """Create (if missing) and resolve a mount point of the right kind."""
-        if directory:
-            self._makedirs(rel, 0o755)
-        else:
-            parent, name = self._parent(rel, create=True)
-            try:
-                self._checked(parent, rel)
-                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                                 | os.O_CLOEXEC, 0o644, dir_fd=parent))
-            except FileExistsError:
-                pass
-            finally:
-                os.close(parent)
-        fd = self._resolve(rel)
+    def _mount_onto(self, rel: str, directory: bool, do_mount, landed,
+                    remount: int | None = None) -> None:
+        """Mount onto the resolved target of ``rel``, then check ``rel`` shows it.
+
+        ``do_mount(target_fd)`` mounts; ``landed(target_fd, fresh_fd)`` tells
+        whether a fresh resolution of ``rel`` is the new mount. If not (the
+        tree changed under us), or the remount with the final flags fails, the
+        mount is detached again.
+        """
+        target = self._mount_target(rel, directory)
         try:
-            self._checked(fd, rel)
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode) != directory:
+            do_mount(target)
+            try:
+                try:
+                    fresh = self._resolve(rel)
+                except OSError:
+                    fresh = -1
+                try:
+                    if fresh < 0 or not landed(target, fresh):
+                        raise ContainerError(
+                            f"{self._show(rel)}: changed while mounting; mount undone")
+                    if remount is not None:
+                        mount(None, _procfd(fresh), None, MS_BIND | MS_REMOUNT | remount)
+                finally:
+                    if fresh >= 0:
+                        os.close(fresh)
+            except BaseException:
+                # umount's lookup crosses mounts on the last hop: this is ours.
+                try:
+                    umount(_procfd(target), MNT_DETACH)
+                except OSError:
+                    pass  # the first error is the one to report
+                raise
+        finally:
+            os.close(target)
+
+    def _mount_target(self, rel: str, directory: bool) -> int:
+        """Resolve (creating it if missing) a mount point of the right kind."""
+        try:
+            fd = self._resolve(rel)
+        except FileNotFoundError:
+            if directory:
+                self._makedirs(rel, 0o755)
+            else:
+                parent, name = self._parent(rel, create=True)
+                try:
+                    self._checked(parent, rel)
+                    os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                     | os.O_CLOEXEC, 0o644, dir_fd=parent))
+                except FileExistsError:
+                    pass  # a dangling symlink: resolving it below fails
+                finally:
+                    os.close(parent)
+            fd = self._resolve(rel)
+        try:
+            self._checked(fd, rel, named=True)
+            if stat.S_ISDIR(os.fstat(fd).st_mode) != directory:
                 raise ContainerError(
                     f"{self._show(rel)}: mount target is {'not ' if directory else ''}"
                     f"a directory but the source is{'' if directory else ' not'}")
@@ -650,35 +711,71 @@ class Rootfs:
             raise
         return fd
 
-    def _mount_checked(self, rel: str, target: int, source: str, fstype: str | None,
-                       flags: int, data: str | None, landed, remount: int = 0) -> None:
-        """Mount onto the resolved ``target`` fd, then check ``rel`` shows it.
 
-        ``landed(fd)`` tells whether a fresh resolution of ``rel`` is the new
-        mount. If not (the tree changed under us), or the remount with the
-        final flags fails, the mount is detached again.
-        """
-        mount(source, _procfd(target), fstype, flags, data)
+def _bind_flags(readonly: bool, nosuid: bool, nodev: bool, noexec: bool) -> int:
+    return ((MS_RDONLY if readonly else 0) | (MS_NOSUID if nosuid else 0)
+            | (MS_NODEV if nodev else 0) | (MS_NOEXEC if noexec else 0))
+
+
+def _same_inode(source: int):
+    """A ``landed`` check: the fresh target shows ``source``'s inode."""
+    src = os.fstat(source)
+
+    def landed(_target: int, fresh: int) -> bool:
+        st = os.fstat(fresh)
+        return (st.st_dev, st.st_ino) == (src.st_dev, src.st_ino)
+
+    return landed
+
+
+# The new mount API (Linux 5.2+): same numbers on every architecture.
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = (
+    428, 429, 430, 431, 432)
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOVE_MOUNT_T_EMPTY_PATH = 0x40
+_FSOPEN_CLOEXEC = 1
+_FSCONFIG_CMD_CREATE = 6
+_FSMOUNT_CLOEXEC = 1
+_MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV, _MOUNT_ATTR_NOEXEC = 0x2, 0x4, 0x8
+
+
+def _syscall(number: int, *args) -> int:
+    conv = [a if isinstance(a, (bytes, type(None))) else ctypes.c_long(a) for a in args]
+    result = _libc.syscall(ctypes.c_long(number), *conv)
+    if result < 0:
+        err = ctypes.get_errno()
+        if err == errno.ENOSYS:
+            raise OSError(err, "the new mount API (Linux 5.2+) is missing")
+        raise _oserror()
+    return result
+
+
+def _detached_file(data: bytes, mode: int) -> int:
+    """A detached mount of one file holding ``data``, on a private tmpfs."""
+    fs = _syscall(_SYS_FSOPEN, b"tmpfs", _FSOPEN_CLOEXEC)
+    try:
+        _syscall(_SYS_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0)
+        mnt = _syscall(_SYS_FSMOUNT, fs, _FSMOUNT_CLOEXEC,
+                       _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOEXEC)
+    finally:
+        os.close(fs)
+    try:
+        fd = os.open("data", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600,
+                     dir_fd=mnt)
         try:
-            try:
-                fresh = self._resolve(rel)
-            except OSError:
-                fresh = -1
-            try:
-                if fresh < 0 or not landed(fresh):
-                    raise ContainerError(
-                        f"{self._show(rel)}: changed while mounting; mount undone")
-                if remount:
-                    mount(None, _procfd(fresh), None, remount)
-            finally:
-                if fresh >= 0:
-                    os.close(fresh)
-        except BaseException:
-            # umount's lookup crosses mounts on the last hop: this is ours.
-            try:
-                umount(_procfd(target), MNT_DETACH)
-            except OSError:
-                pass  # the first error is the one to report
-            raise
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, stat.S_IMODE(mode))
+        finally:
+            os.close(fd)
+        return _syscall(_SYS_OPEN_TREE, mnt, b"data", _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC)
+    finally:
+        os.close(mnt)
 
 
+def _move_mount(tree: int, target: int) -> None:
+    _syscall(_SYS_MOVE_MOUNT, tree, b"", target, b"",
+             _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH)

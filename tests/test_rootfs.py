@@ -367,39 +367,61 @@ def test_mount_tmpfs(resolver, root_dir):
     assert mode == 0o700
 
 
-@needs_root
-def test_nothing_on_procfs_inside_the_root_is_touched(resolver, root_dir):
-    (root_dir / "proc").mkdir()
+def _with_proc(root_dir, ops):
+    """Mount procfs at the root's /proc (as runc does) and try each op there."""
+    (root_dir / "proc").mkdir(exist_ok=True)
     (root_dir / "self").symlink_to("/proc/self")
 
     def work():
         rootfs.mount("proc", str(root_dir / "proc"), "proc", 0)
         root = Rootfs(root_dir)
-        comm = os.stat("/proc/self/comm").st_mode
-        errors = []
-        me = f"/proc/{os.getpid()}"  # no symlink on the way: the check itself refuses
-        for op in (lambda: root.chmod(f"{me}/comm", 0o777),
-                   lambda: root.write_file(f"{me}/nvct", b"x"),
-                   lambda: root.write_file("/self/comm", b"x", replace=True),
-                   lambda: root.makedirs(f"{me}/nvct"),
-                   lambda: root.symlink("x", f"{me}/nvct"),
-                   lambda: root.mknod(f"{me}/nvct", "c", 1, 3),
-                   lambda: root.bind_mount("/dev/null", f"{me}/comm"),
-                   lambda: root.mount_tmpfs(f"{me}/fdinfo"),
-                   lambda: root.read_file(f"{me}/comm")):
+        me = f"/proc/{os.getpid()}"  # no symlink on the way, unlike /proc/self
+        results = []
+        for op in ops:
             try:
-                op()
-                errors.append(None)
+                results.append(("ok", op(root, me)))
             except ContainerError as e:
-                errors.append(str(e))
-        return errors, comm, os.stat("/proc/self/comm").st_mode
+                results.append(("error", str(e)))
+        return results
 
-    errors, comm_before, comm_after = in_private_mount_namespace(work)
-    assert all(e is not None for e in errors), errors
-    refused = [e for e in errors if "on procfs, refusing to touch" in e]
-    # /self/comm -> /proc/self: the walk refuses every symlink on procfs (ELOOP)
-    assert len(refused) == (9 if resolver == "openat2" else 8), errors
-    assert comm_before == comm_after
+    return in_private_mount_namespace(work)
+
+
+@needs_root
+def test_nothing_on_procfs_is_created_or_changed(resolver, root_dir):
+    results = _with_proc(root_dir, [
+        lambda root, me: root.chmod(f"{me}/comm", 0o777),
+        lambda root, me: root.chown(f"{me}/comm", 1, 1),
+        lambda root, me: root.write_file(f"{me}/nvct", b"x"),
+        lambda root, me: root.write_file(f"{me}/comm", b"x", replace=True),
+        lambda root, me: root.makedirs(f"{me}/nvct"),
+        lambda root, me: root.symlink("x", f"{me}/nvct"),
+        lambda root, me: root.mknod(f"{me}/nvct", "c", 1, 3),
+        lambda root, me: root.bind_mount("/dev/null", f"{me}/nvct"),  # would create it
+        lambda root, me: root.write_file("/self/nvct", b"x"),
+    ])
+    assert all(kind == "error" for kind, _ in results), results
+    refused = [msg for _, msg in results if "on procfs, refusing to touch it" in msg]
+    # /self -> /proc/self: the walk refuses every symlink on procfs (ELOOP)
+    assert len(refused) == (9 if resolver == "openat2" else 8), results
+
+
+@needs_root
+def test_procfs_is_read_and_mounted_over_only_where_named(resolver, root_dir):
+    results = _with_proc(root_dir, [
+        lambda root, me: root.read_file(f"{me}/comm"),
+        lambda root, me: root.mount_data(f"{me}/comm", "masked\n"),
+        lambda root, me: root.read_file(f"{me}/comm"),
+        lambda root, me: root.mount_tmpfs(f"{me}/fdinfo"),
+        lambda root, me: root.read_file("/self/status"),
+        lambda root, me: root.bind_mount("/dev/null", "/self/environ"),
+        lambda root, me: root.mount_tmpfs("/self/fd"),
+    ])
+    assert results[0][0] == "ok" and results[0][1].endswith(b"\n")
+    assert results[1:4] == [("ok", None), ("ok", b"masked\n"), ("ok", None)]
+    for kind, msg in results[4:]:
+        assert kind == "error", results
+        assert "procfs reached through a symlink" in msg or "symbolic links" in msg
 
 
 @needs_root

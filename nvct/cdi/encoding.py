@@ -68,6 +68,8 @@ def dumps(raw: Any, fmt: str) -> str:
     """``raw`` as JSON, or as YAML that Go and PyYAML read back identically."""
     if fmt == "json":
         return json.dumps(raw, indent=2) + "\n"
+    if not isinstance(raw, dict) or not raw:
+        return _pyyaml_dump(raw)
     lines = ["---"]
     try:
         _emit_mapping(raw, "", lines)

@@ -23,7 +23,7 @@ _documents = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.dictionaries(_keys, _documents, max_size=5))
 def test_yaml_round_trips_through_pyyaml_and_our_reader(document):
     text = encoding.dumps(document, "yaml")
@@ -32,7 +32,7 @@ def test_yaml_round_trips_through_pyyaml_and_our_reader(document):
     assert encoding.loads(text) == document
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.dictionaries(_keys, _documents, max_size=5))
 def test_json_round_trips(document):
     assert encoding.loads(encoding.dumps(document, "json")) == document

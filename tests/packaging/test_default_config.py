@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import REPO
+from tests.packaging.pkgtest import REPO
 
 from nvct import cli, config
 

@@ -1,12 +1,10 @@
-"""Shared by the packaging tests: where the tree is, what version it builds."""
+"""Shared by the packaging tests: where the tree is, how to build and inspect packages."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
-
-import pytest
 
 from tests.support.proc import SYSTEM_PATH, run
 
@@ -27,8 +25,3 @@ def build_package(script: str, out_dir: Path, timeout: float = 180) -> Path:
     result = run(["bash", str(REPO / "scripts" / script), str(out_dir)], env=BUILD_ENV,
                  timeout=timeout).check()
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="session")
-def version() -> str:
-    return project_version()

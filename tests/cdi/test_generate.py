@@ -1,0 +1,193 @@
+"""Generating a spec for a simulated node (needs root: the node's device nodes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nvct.cdi import encoding, generate, schema, spec, version
+from nvct.cdi import modes as cdi_modes
+from nvct.cdi.registry import Registry
+from nvct.errors import NvctError, RequestError
+from nvct.request import from_env
+
+from .conftest import node_config, node_driver
+
+HOOK = "/opt/nvct/bin/nvct"
+
+
+def _names(raw):
+    return [d["name"] for d in raw["devices"]]
+
+
+def _device(raw, name):
+    return next(d for d in raw["devices"] if d["name"] == name)
+
+
+def _node_paths(raw, name):
+    return [n["path"] for n in _device(raw, name)["containerEdits"]["deviceNodes"]]
+
+
+def _mig_devices(node):
+    return [(g, m) for g in node["gpus"] for m in g["mig_devices"]]
+
+
+def test_default_spec_has_index_and_uuid_names_for_gpus_and_migs_and_all(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    expected = {str(g["index"]) for g in node["gpus"]} | {g["uuid"] for g in node["gpus"]}
+    expected |= {f"{g['index']}:{m['index']}" for g, m in _mig_devices(node)}
+    expected |= {m["uuid"] for _, m in _mig_devices(node)}
+    assert _mig_devices(node), "the default node has MIG devices"
+    assert _names(raw) == sorted(expected | {"all"})
+    assert raw["kind"] == "nvidia.com/gpu"
+
+
+def test_a_plain_gpu_spec_is_readable_by_cdi_0_5_runtimes(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    assert raw["cdiVersion"] == schema.minimum_version(raw) == "0.5.0"
+    assert version.rank(raw["cdiVersion"]) <= version.rank(version.WIDELY_READ)
+
+
+@pytest.mark.parametrize("strategies, names", [
+    (["type-index"], {"gpu{g}", "mig{g}:{m}"}),
+    (["index"], {"{g}", "{g}:{m}"}),
+    (["uuid", "index", "uuid"], {"{uuid}", "{g}", "{g}:{m}", "{mig_uuid}"}),
+])
+def test_naming_strategies(node, strategies, names):
+    raw = generate.generate(node_driver(node), hook_path=HOOK, strategies=strategies)
+    expected = {"all"}
+    for g in node["gpus"]:
+        expected |= {n.format(g=g["index"], uuid=g["uuid"]) for n in names if "{m}" not in n and "mig" not in n}
+    for g, m in _mig_devices(node):
+        expected |= {n.format(g=g["index"], m=m["index"], mig_uuid=m["uuid"])
+                     for n in names if "{m}" in n or "mig_uuid" in n}
+    assert set(_names(raw)) == expected
+
+
+def test_a_mig_enabled_gpu_gets_its_own_device_with_its_whole_node(node):
+    gpu = next(g for g in node["gpus"] if g["mig_enabled"])
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    assert gpu["device_node"] in _node_paths(raw, str(gpu["index"]))
+    assert _device(raw, str(gpu["index"])) == {**_device(raw, gpu["uuid"]), "name": str(gpu["index"])}
+
+
+def test_a_mig_device_has_its_parent_and_its_two_access_nodes(node):
+    gpu, mig = _mig_devices(node)[1]
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    assert _node_paths(raw, f"{gpu['index']}:{mig['index']}") == [
+        gpu["device_node"], f"/dev/nvidia-caps/nvidia-cap{mig['gi_cap_minor']}",
+        f"/dev/nvidia-caps/nvidia-cap{mig['ci_cap_minor']}"]
+
+
+def test_all_merges_every_device(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    merged = {p for d in raw["devices"] if d["name"] != "all" for p in _node_paths(raw, d["name"])}
+    assert set(_node_paths(raw, "all")) == merged
+    assert len(_node_paths(raw, "all")) == len(merged)
+
+
+def test_common_edits_carry_control_nodes_files_hook_and_void(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    common = raw["containerEdits"]
+    assert common["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert {n["path"] for n in common["deviceNodes"]} == {
+        n["path"] for n in node["device_nodes"] if n["role"] in ("control", "uvm", "modeset")}
+    targets = {m["containerPath"] for m in common["mounts"]}
+    assert {b["path"] for b in node["binaries"]} <= targets
+    assert set(node["firmware"]) <= targets
+    assert any(t.endswith(f"libcuda.so.{node['driver_version']}") for t in targets)
+    hook, = common["hooks"]
+    assert (hook["hookName"], hook["path"], hook["args"][:3]) == ("createContainer", HOOK, ["nvct", "hook", "chain"])
+
+
+def test_host_paths_lie_under_the_roots_and_container_paths_are_as_on_a_host(node):
+    root = node["roots"]["driver_root"]
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    edits = [raw["containerEdits"]] + [d["containerEdits"] for d in raw["devices"]]
+    nodes = [n for e in edits for n in e.get("deviceNodes", ())]
+    mounts = [m for e in edits for m in e.get("mounts", ())]
+    assert nodes and all(n["hostPath"] == root + n["path"] for n in nodes)
+    assert mounts and all(m["hostPath"] == root + m["containerPath"] for m in mounts)
+    assert not any(n["path"].startswith(root) for n in nodes)
+
+
+@pytest.mark.parametrize("ids", [["1"], ["GPU-ID"], ["BUS-ID"]])
+def test_device_ids_select_gpus(node, ids):
+    gpu = node["gpus"][1]
+    ids = [{"GPU-ID": gpu["uuid"], "BUS-ID": gpu["bus_id"]}.get(i, i) for i in ids]
+    raw = generate.generate(node_driver(node), hook_path=HOOK, device_ids=ids)
+    assert _names(raw) == sorted(["1", gpu["uuid"], "all"])
+
+
+def test_device_ids_select_a_mig_device(node):
+    gpu, mig = _mig_devices(node)[0]
+    raw = generate.generate(node_driver(node), hook_path=HOOK, device_ids=[f"{gpu['index']}:{mig['index']}"])
+    assert _names(raw) == sorted([f"{gpu['index']}:{mig['index']}", mig["uuid"], "all"])
+
+
+def test_an_unknown_device_id_is_an_error(node):
+    with pytest.raises(RequestError, match="--device-id: unknown device '42'"):
+        generate.generate(node_driver(node), hook_path=HOOK, device_ids=["42"])
+
+
+def test_none_gives_a_none_device_and_no_all(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK, device_ids=["none"])
+    assert _names(raw) == ["none"]
+    assert _device(raw, "none")["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+
+
+def test_no_all_device(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK, all_device=False)
+    assert "all" not in _names(raw)
+
+
+def test_management_mode_gives_every_device_node_to_one_device(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK, mode="management")
+    assert _names(raw) == ["all"]
+    assert sorted(_node_paths(raw, "all")) == sorted(
+        n["path"] for n in node["device_nodes"] if n["role"] != "dri")
+    assert "deviceNodes" not in raw["containerEdits"]
+    assert raw["containerEdits"]["mounts"]
+
+
+def test_vendor_and_class(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK, vendor="example.org", cls="accel.v2")
+    assert raw["kind"] == "example.org/accel.v2"
+    assert raw["cdiVersion"] == "0.6.0"  # a dot in the class
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"vendor": "-bad"}, "invalid CDI kind -bad/gpu"),
+    ({"cls": "g/pu"}, "invalid CDI kind nvidia.com/g/pu"),
+    ({"mode": "csv"}, "unknown CDI generate mode 'csv'"),
+    ({"strategies": ["serial"]}, "unknown device name strategy 'serial'"),
+])
+def test_bad_options(node, kwargs, message):
+    with pytest.raises(NvctError, match=message):
+        generate.generate(node_driver(node), hook_path=HOOK, **kwargs)
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_generated_spec_validates_and_round_trips(node, tmp_path, fmt):
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    path = spec.save(raw, str(tmp_path / f"nvidia.{fmt}"), fmt)
+    loaded = spec.read(path)
+    assert loaded.raw == raw
+    assert encoding.dumps(loaded.raw, fmt) == encoding.dumps(raw, fmt)
+    assert Registry([str(tmp_path)]).device_names() == sorted(f"nvidia.com/gpu={n}" for n in _names(raw))
+
+
+def test_resolving_a_generated_device_gives_what_the_node_has(node, tmp_path):
+    spec.save(generate.generate(node_driver(node), hook_path=HOOK), str(tmp_path / "nvidia.yaml"), "yaml")
+    edits = Registry([str(tmp_path)]).resolve(["nvidia.com/gpu=2"])
+    assert "/dev/nvidia2" in [n.path for n in edits.device_nodes]
+    assert "/dev/nvidia0" not in [n.path for n in edits.device_nodes]
+    assert edits.env == ["NVIDIA_VISIBLE_DEVICES=void"]
+
+
+def test_automatic_devices_are_generated_for_the_request(node):
+    config = node_config(node, {"nvct": {"path": HOOK}})
+    req = from_env({"NVIDIA_VISIBLE_DEVICES": "runtime.nvidia.com/gpu=3"}, config)
+    edits = cdi_modes.edits_for(req, config)
+    paths = [n.path for n in edits.device_nodes]
+    assert "/dev/nvidia3" in paths and "/dev/nvidia0" not in paths
+    assert edits.hooks[0].path == HOOK

@@ -1,0 +1,115 @@
+"""GPU containers through the shim, under real runc and crun, in legacy and jit-cdi mode.
+
+Every check runs inside the container: which /dev/nvidia* nodes exist, whether
+the driver libraries dlopen by SONAME, what the simulated nvidia-smi sees.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.e2e.conftest import PATH_ENV, SHIM, expected_nodes, node_config
+from tests.support.bundle import make_bundle
+from tests.support.runtimes import run_container
+
+pytestmark = pytest.mark.containers
+
+MODES = ("legacy", "jit-cdi")
+RUNTIMES = ("runc", "crun")
+LIST_NODES = "find /dev -type c -name 'nvidia*' | sort"
+
+
+def run_gpu(tmp_path, sim_node, rootfs, *, runtime, mode, env, command, privileged=False, state_root=None):
+    config = node_config(tmp_path, sim_node, mode=mode, runtime=runtime)
+    bundle = make_bundle(os.path.join(str(tmp_path), "bundle"), rootfs, ["sh", "-c", command],
+                         env=[PATH_ENV, *env], privileged=privileged)
+    return run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config,
+                                              "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                         root=state_root)
+
+
+def nodes_in(result) -> set[str]:
+    assert result.rc == 0, result.describe()
+    return {line for line in result.stdout.splitlines() if line.startswith("/dev/")}
+
+
+def _cases(manifest):
+    gpu5 = manifest["gpus"][5]["uuid"]
+    mig1 = manifest["gpus"][0]["mig_devices"][1]["uuid"]
+    all_gpus = range(len(manifest["gpus"]))
+    all_migs = [(0, 0), (0, 1)]
+    return {
+        "all": ("all", expected_nodes(manifest, all_gpus, all_migs)),
+        "1,3": ("1,3", expected_nodes(manifest, [1, 3])),
+        "gpu-uuid": (gpu5, expected_nodes(manifest, [5])),
+        "mig-index": ("0:1", expected_nodes(manifest, migs=[(0, 1)])),
+        "mig-uuid": (mig1, expected_nodes(manifest, migs=[(0, 1)])),
+        "none": ("none", expected_nodes(manifest)),
+        "void": ("void", set()),
+    }
+
+
+@pytest.mark.parametrize("case", ["all", "1,3", "gpu-uuid", "mig-index", "mig-uuid", "none", "void"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_exact_device_nodes(tmp_path, sim_node, rootfs, gpu_runtimes, runtime, mode, case):
+    value, expected = _cases(sim_node)[case]
+    result = run_gpu(tmp_path, sim_node, rootfs, runtime=runtime, mode=mode,
+                     env=[f"NVIDIA_VISIBLE_DEVICES={value}"], command=LIST_NODES)
+    assert nodes_in(result) == expected
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_libraries_load_by_soname_and_nvidia_smi_sees_only_visible_gpus(
+        tmp_path, sim_node, rootfs, gpu_runtimes, runtime, mode):
+    result = run_gpu(tmp_path, sim_node, rootfs, runtime=runtime, mode=mode,
+                     env=["NVIDIA_VISIBLE_DEVICES=1,3"],
+                     command="dlopen-probe libcuda.so.1 libnvidia-ml.so.1 && nvidia-smi -L")
+    assert result.rc == 0, result.describe()
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("ok libcuda.so.1 /usr/lib/x86_64-linux-gnu/")
+    assert lines[1].startswith("ok libnvidia-ml.so.1 /usr/lib/x86_64-linux-gnu/")
+    uuids = [sim_node["gpus"][i]["uuid"] for i in (1, 3)]
+    assert lines[2:] == [f"GPU {n}: NVIDIA H100 80GB HBM3 (UUID: {u})" for n, u in enumerate(uuids)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_utility_capability_brings_no_libcuda(tmp_path, sim_node, rootfs, gpu_runtimes, mode):
+    result = run_gpu(tmp_path, sim_node, rootfs, runtime="runc", mode=mode,
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"],
+                     command="ls /usr/lib/x86_64-linux-gnu/; nvidia-smi -L")
+    assert result.rc == 0, result.describe()
+    assert "libcuda" not in result.stdout
+    assert "libnvidia-ml.so.1" in result.stdout
+    assert f"(UUID: {sim_node['gpus'][0]['uuid']})" in result.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_unsatisfiable_cuda_requirement_stops_the_container_and_leaves_nothing(
+        tmp_path, sim_node, rootfs, gpu_runtimes, runtime, mode):
+    state_root = str(tmp_path / "state")
+    result = run_gpu(tmp_path, sim_node, rootfs, runtime=runtime, mode=mode,
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99.0"],
+                     command="echo started", state_root=state_root)
+    assert result.rc != 0
+    assert "started" not in result.stdout
+    # crun shows only "error executing hook"; the hook's own line is then in nvct's log.
+    log_file = tmp_path / "nvct.log"
+    logged = log_file.read_text() if log_file.exists() else ""
+    assert "unsatisfied condition: cuda>=99.0, please update your driver" in result.stderr + result.log + logged
+    # No container state and no mount of the rootfs is left behind.
+    assert not [d for d in os.listdir(state_root) if not d.startswith(".")] if os.path.isdir(state_root) else True
+    with open("/proc/self/mountinfo") as f:
+        assert rootfs not in f.read()
+
+
+def test_satisfied_requirement_starts(tmp_path, sim_node, rootfs, gpu_runtimes):
+    result = run_gpu(tmp_path, sim_node, rootfs, runtime="runc", mode="jit-cdi",
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.0 brand=tesla,driver>=470"],
+                     command="echo started")
+    assert result.rc == 0, result.describe()
+    assert result.stdout.strip() == "started"
