@@ -40,7 +40,7 @@ from nvct.rootfs import MNT_DETACH, UMOUNT_NOFOLLOW, Rootfs, umount
 
 CONF_PATH = "/etc/ld.so.conf.d/00-nvct-driver.conf"
 CACHE_PATH = "/etc/ld.so.cache"
-DEFAULT_LDCONFIG = "@/sbin/ldconfig"
+DEFAULT = "@/sbin/ldconfig"  # the config's default: the host's /sbin/ldconfig
 
 # ldconfig writes files and symlinks owned by whoever owns the image's dirs.
 _KEEP_CAPS = {"dac_override", "dac_read_search", "fowner"}
@@ -139,7 +139,7 @@ def _check_folder(folder: str) -> str:
 
 
 def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
-                   ldconfig: str = DEFAULT_LDCONFIG, timeout: float = 60.0) -> str:
+                   ldconfig: str = DEFAULT, timeout: float = 60.0) -> str:
     """Make the container at ``rootfs_path`` find libraries in ``folders``.
 
     Writes the folders to :data:`CONF_PATH` (replacing an earlier one; it is

@@ -21,7 +21,7 @@ class _JsonFormatter(logging.Formatter):
         out = {
             "level": record.levelname.lower().replace("warning", "warn"),
             "msg": record.getMessage(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(record.created)),
+            "time": _rfc3339(record.created),
         }
         extra = getattr(record, "fields", None)
         if extra:
@@ -66,13 +66,17 @@ def write_runc_log(path: str | None, level: str, msg: str) -> None:
     """Append one line in runc's JSON log format (what docker shows the user)."""
     if not path:
         return
-    line = json.dumps({"level": level, "msg": msg,
-                       "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    line = json.dumps({"level": level, "msg": msg, "time": _rfc3339(time.time())})
     try:
         with open(path, "a") as f:
             f.write(line + "\n")
     except OSError:
         pass
+
+
+def _rfc3339(when: float) -> str:
+    # containerd parses runc's log times as RFC 3339 and rejects "+0000".
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
 _LEVELS = {

@@ -76,8 +76,11 @@ def enter_mount_namespace(pid: int) -> None:
     """setns(2) this process into ``pid``'s mount namespace.
 
     Changes this process's root and cwd for good; prefer
-    :func:`in_mount_namespace_of`. Fails in a multi-threaded process.
+    :func:`in_mount_namespace_of`. Fails in a multi-threaded process. A
+    no-op when already there (e.g. a createContainer hook).
     """
+    if in_same_mount_namespace(pid):
+        return
     try:
         fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:

@@ -42,6 +42,10 @@ def test_unknown_pid_is_a_container_error():
         in_mount_namespace_of(999999999, os.getpid)
 
 
+def test_entering_the_namespace_we_are_in_is_a_no_op():
+    assert in_mount_namespace_of(os.getpid(), mount_namespace_id) == mount_namespace_id()
+
+
 def test_child_result_comes_back():
     assert namespaces.run_in_child(None, lambda a, b=0: (a, b, os.getpid()), 1, b=2)[:2] == (1, 2)
 

@@ -354,6 +354,39 @@ def test_a_failed_remount_undoes_the_mount(resolver, root_dir, tmp_path, monkeyp
 
 
 @needs_root
+def test_mount_data_shows_content_read_only(resolver, root_dir):
+    (root_dir / "etc").mkdir()
+    (root_dir / "etc/params").write_text("ModifyDeviceFiles: 1\n")
+
+    def work():
+        with Rootfs(root_dir) as root:
+            root.mount_data("/etc/params", "ModifyDeviceFiles: 0\n", 0o444)
+            root.mount_data("/new/file", b"created")
+        target = root_dir / "etc/params"
+        try:
+            target.write_text("x")
+            writable = True
+        except OSError:
+            writable = False
+        info = _mount_at(str(target))
+        return (target.read_text(), (root_dir / "new/file").read_text(), writable,
+                stat.S_IMODE(target.stat().st_mode), info.fstype, info.super_options)
+
+    content, created, writable, mode, fstype, options = in_private_mount_namespace(work)
+    assert (content, created, writable, mode) == ("ModifyDeviceFiles: 0\n", "created", False,
+                                                  0o444)
+    assert fstype == "tmpfs"
+    assert (root_dir / "etc/params").read_text() == "ModifyDeviceFiles: 1\n"
+
+
+@needs_root
+def test_mount_data_onto_a_directory_is_an_error(resolver, root_dir):
+    (root_dir / "etc").mkdir()
+    with pytest.raises(ContainerError, match="mount target is a directory"):
+        in_private_mount_namespace(lambda: Rootfs(root_dir).mount_data("/etc", b"x"))
+
+
+@needs_root
 def test_mount_tmpfs(resolver, root_dir):
     def work():
         with Rootfs(root_dir) as root:

@@ -37,8 +37,8 @@ def _common(f):
                           "/etc/containerd/config.toml, /etc/crio/crio.conf)."),
         click.option("--drop-in-config", "drop_in", metavar="PATH", default=None,
                      help="Write the NVIDIA settings to this drop-in file instead of the main config "
-                          "(default for containerd: /etc/containerd/conf.d/99-nvidia.toml, cri-o: "
-                          "/etc/crio/crio.conf.d/99-nvidia.toml; '' edits the main config).") ,
+                          "(default, beside --config: containerd conf.d/99-nvidia.toml, cri-o "
+                          "crio.conf.d/99-nvidia.toml; '' edits the main config)."),
         click.option("--config-mode", "mode", default="", metavar="MODE",
                      help="config-file (default), or oci-hook to write an OCI hooks.d file instead (deprecated)."),
         click.option("--oci-hook-path", metavar="PATH",
@@ -92,7 +92,7 @@ def configure_command(engine, config_path, drop_in, mode, oci_hook_path, dry_run
         if executable_path:
             _note(f"ignoring --executable-path for {engine}")
         if config_source == "command":
-            _note(f"docker cannot report its config: reading the file")
+            _note("docker cannot report its config: reading the file")
             config_source = "file"
     if cdi and engine == "crio":
         _note("ignoring --cdi.enabled for crio (cri-o enables CDI by itself)")

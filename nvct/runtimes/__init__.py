@@ -104,6 +104,7 @@ def configure(engine: str, config_path: str | None = None,
     eng.finish()
     change = Change("configure", engine, eng.config_path, notes=list(eng.notes))
     change.files = [file_change(doc, backup=doc is eng.main) for doc in eng.documents()]
+    change.notes += [note for doc in eng.documents() for note in doc.notes]
     change.record = merged_record(load_record(eng.config_path), engine, change.files)
     if not dry_run:
         change.apply()

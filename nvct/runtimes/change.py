@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from nvct.errors import ConfigError
 from nvct.fileutil import write_atomic
@@ -291,6 +291,7 @@ def undo_from_record(record: dict, anchor: str, read: Callable[[str], bytes | No
             if original is not None and not original.get("exists") and doc.is_empty():
                 doc.remove = True
             after = doc.render()
+            change.notes += doc.notes
             change.notes.append(f"{path}: changed since nvct configured it; reverted nvct's keys only")
             change.notes += [f"{path}: left {key} alone: changed since nvct set it" for key in skipped]
         change.files.append(FileChange(path, entry["format"], current, after))
@@ -309,7 +310,3 @@ def _document(fmt: str, path: str, raw: bytes | None) -> Document:
 
 def file_change(doc: Document, *, backup: bool) -> FileChange:
     return FileChange(doc.path, doc.format, doc.original, doc.render(), list(doc.edits), backup)
-
-
-def describe(record: dict | None) -> Any:  # pragma: no cover - debugging aid
-    return json.dumps(record, default=lambda o: o.to_json() if isinstance(o, Edit) else str(o), indent=2)

@@ -14,7 +14,7 @@ import copy
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from nvct.errors import ConfigError
 
@@ -89,6 +89,8 @@ class Document:
         self.path = path
         self.original = raw
         self.edits: list[Edit] = []
+        #: What the operator should know about how the file was written.
+        self.notes: list[str] = []
         #: render() returns None (file to be removed) when this is set.
         self.remove = False
 
@@ -296,7 +298,6 @@ class TomlDocument(Document):
         except Exception as e:  # tomlkit raises many types; all mean "bad input"
             raise ConfigError(f"{path}: invalid TOML: {_tomlkit_reason(e)}") from None
         self._pending: dict = {}
-        self._fallback = False
 
     # The tomlkit containers along ``key`` (None where a key is missing).
     def _container(self, key: Key) -> Any:
@@ -383,12 +384,12 @@ class TomlDocument(Document):
         import tomlkit
 
         want = self.data()
-        if not self._fallback:
-            doc = copy.deepcopy(self._doc)
-            _graft(doc, self._pending, (), self._style())
-            text = tomlkit.dumps(doc)
-            if _parses_to(text, want):
-                return text.encode("utf-8")
+        doc = copy.deepcopy(self._doc)
+        _graft(doc, self._pending, (), self._style())
+        text = tomlkit.dumps(doc)
+        if _parses_to(text, want):
+            return text.encode("utf-8")
+        self.notes.append(f"{self.path}: could not keep its layout; written plainly, without comments")
         return tomlkit.dumps(want).encode("utf-8")
 
     def _style(self) -> "_Style":
@@ -610,10 +611,3 @@ def _layout(table: Any, depth: int, style: _Style, blank_before: bool) -> None:
             first = False
         elif hasattr(item, "trivia"):
             item.trivia.indent = header + " " * style.step
-
-
-def iter_runtimes(doc: Document, key: Key) -> Iterator[str]:
-    """Names under a runtimes table (empty if there is none)."""
-    value = doc.get(key)
-    if isinstance(value, dict):
-        yield from value

@@ -175,7 +175,7 @@ def load_command_source(commands: list[list[str]]) -> tuple[dict | None, str]:
 
 def get_table(doc: Document | Mapping[str, Any], key: Sequence[str], what: str) -> dict:
     """The table at ``key`` ({} when missing); anything else there is an error."""
-    value = doc.get(tuple(key)) if isinstance(doc, Document) else _walk_plain(doc, key)
+    value = doc.get(tuple(key)) if isinstance(doc, Document) else get_plain(doc, key)
     if value is MISSING or value is None:
         return {}
     if not isinstance(value, dict):
@@ -183,17 +183,14 @@ def get_table(doc: Document | Mapping[str, Any], key: Sequence[str], what: str) 
     return value
 
 
-def _walk_plain(data: Mapping[str, Any], key: Sequence[str]) -> Any:
+def get_plain(data: Mapping[str, Any], key: Sequence[str]) -> Any:
+    """The value at ``key`` in plain nested dicts, or MISSING."""
     node: Any = data
     for part in key:
         if not isinstance(node, Mapping) or part not in node:
             return MISSING
         node = node[part]
     return node
-
-
-def get_plain(data: Mapping[str, Any], key: Sequence[str]) -> Any:
-    return _walk_plain(data, key)
 
 
 def _deep_merge(base: dict, over: Mapping[str, Any]) -> None:

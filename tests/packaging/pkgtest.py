@@ -21,7 +21,18 @@ def project_version() -> str:
 
 
 def build_package(script: str, out_dir: Path, timeout: float = 180) -> Path:
-    """Run ``scripts/<script> OUT_DIR`` and return the package it built."""
-    result = run(["bash", str(REPO / "scripts" / script), str(out_dir)], env=BUILD_ENV,
+    """Run ``scripts/<script> OUT_DIR`` and return the package it built.
+
+    A python3 that fails comes first on PATH and a virtualenv is active, as on a
+    developer's machine with pyenv: the build must use Debian's interpreter anyway.
+    """
+    decoy = out_dir / "decoy-bin"
+    decoy.mkdir(parents=True)
+    for name in ("python3", "python", "pip", "pip3"):
+        exe = decoy / name
+        exe.write_text(f'#!/bin/sh\necho "decoy {name} was run" >&2\nexit 97\n')
+        exe.chmod(0o755)
+    env = {**BUILD_ENV, "PATH": f"{decoy}:{BUILD_ENV['PATH']}", "VIRTUAL_ENV": str(decoy.parent)}
+    result = run(["bash", str(REPO / "scripts" / script), str(out_dir)], env=env,
                  timeout=timeout).check()
     return Path(result.stdout.strip().splitlines()[-1])

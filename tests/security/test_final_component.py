@@ -26,6 +26,7 @@ def _ops(s):
         "symlink": lambda r: r.symlink("elsewhere", TARGET),
         "makedirs": lambda r: r.makedirs(TARGET),
         "mount_tmpfs": lambda r: r.mount_tmpfs(TARGET),
+        "mount_data": lambda r: r.mount_data(TARGET, b"x"),
     }
 
 

@@ -37,21 +37,23 @@ def libdir(scene):
     return scene
 
 
-def test_swap_between_resolution_and_mount_cannot_redirect_it(libdir, resolver, monkeypatch):
+@pytest.mark.parametrize("how", ["bind_mount", "mount_data"])
+def test_swap_between_resolution_and_mount_cannot_redirect_it(libdir, resolver, monkeypatch,
+                                                              how):
     scene = libdir
-    real_mount = rootfs.mount
-    swapped = []
+    name = "mount" if how == "bind_mount" else "_move_mount"
+    real = getattr(rootfs, name)
 
-    def mount_after_swap(source, target, fstype, flags, data=None):
-        if flags == rootfs.MS_BIND and not swapped:
-            _swap_in_host_link(scene)  # target fd already resolved: too late
-            swapped.append(target)
-        return real_mount(source, target, fstype, flags, data)
+    def after_swap(*args):
+        _swap_in_host_link(scene)  # the target fd is already resolved: too late
+        monkeypatch.setattr(rootfs, name, real)
+        return real(*args)
 
-    monkeypatch.setattr(rootfs, "mount", mount_after_swap)
-    errors, new_mounts = scene.attempt(
-        [lambda r: r.bind_mount(str(scene.driver / "libcuda.so.1"), f"/{LIB}/libhost.so.1.0")],
-        resolver=resolver)
+    monkeypatch.setattr(rootfs, name, after_swap)
+    target = f"/{LIB}/libhost.so.1.0"
+    op = {"bind_mount": lambda r: r.bind_mount(str(scene.driver / "libcuda.so.1"), target),
+          "mount_data": lambda r: r.mount_data(target, b"x")}[how]
+    errors, new_mounts = scene.attempt([op], resolver=resolver)
     assert "changed while mounting; mount undone" in errors[0]
     assert new_mounts == []  # the mount (which landed in the root) was detached
     scene.assert_host_untouched()
@@ -90,7 +92,7 @@ def test_concurrent_swapping_never_reaches_the_host(libdir, resolver):
     try:
         src = str(scene.driver / "libcuda.so.1")
         ops = []
-        for i in range(300):
+        for i in range(150):
             ops += [
                 lambda r: r.bind_mount(src, f"/{LIB}/libcuda.so.1"),
                 lambda r, i=i: r.write_file(f"/{LIB}/f{i}", b"x"),
@@ -99,6 +101,7 @@ def test_concurrent_swapping_never_reaches_the_host(libdir, resolver):
                 lambda r, i=i: r.symlink("libcuda.so.1", f"/{LIB}/l{i}"),
                 lambda r: r.chmod(f"/{LIB}/libhost.so.1.0", 0o777),
                 lambda r: r.mount_tmpfs(f"/{LIB}/tmp"),
+                lambda r, i=i: r.mount_data(f"/{LIB}/data{i}", b"x"),
             ]
         start = time.monotonic()
         errors, new_mounts = scene.attempt(ops, resolver=resolver)

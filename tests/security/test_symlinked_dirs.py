@@ -28,6 +28,7 @@ def _lib_ops(s):
         lambda r: r.chmod(f"{LIB}/libhost.so.1.0", 0o777),
         lambda r: r.mknod(f"{LIB}/nvidia0", "c", 195, 0),
         lambda r: r.mount_tmpfs(f"{LIB}/tmp"),
+        lambda r: r.mount_data(f"{LIB}/params", b"x"),
     ]
 
 

@@ -1,0 +1,251 @@
+"""The .deb: built from a clean copy of the tree, inspected, linted, then
+installed with apt, used to run GPU containers on a simulated node, and purged."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version
+from tests.support.bundle import make_bundle, read_config
+from tests.support.proc import SYSTEM_PATH, run
+from tests.support.rootfs import BUSYBOX, make_rootfs
+from tests.support.runtimes import RUNC, create_start_delete
+
+from nvct import config
+
+PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook")
+CONFFILE = "/etc/nvidia-container-runtime/config.toml"
+OCI_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+NORMALIZE = "/usr/libexec/nvct/normalize-config"
+SITE = "/usr/lib/python3/dist-packages"
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                    "libnvidia-container-tools")
+APT_ENV = {**BUILD_ENV, "DEBIAN_FRONTEND": "noninteractive"}
+APT = ["apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=120"]
+
+
+def _missing_build_deps() -> str:
+    if shutil.which("dpkg-checkbuilddeps", path=SYSTEM_PATH) is None:
+        return "dpkg-dev"
+    result = run(["dpkg-checkbuilddeps", str(REPO / "packaging" / "debian" / "control")],
+                 env=BUILD_ENV, timeout=60)
+    return "" if result.ok else result.stderr.strip()
+
+
+_MISSING = _missing_build_deps()
+needs_build_tools = pytest.mark.skipif(bool(_MISSING), reason=f"needs the .deb build tools: {_MISSING}")
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory) -> SimpleNamespace:
+    """The built package, with its listing, control fields and unpacked tree."""
+    out = tmp_path_factory.mktemp("deb")
+    path = build_package("build-deb.sh", out)
+    unpacked = out / "unpacked"
+    run(["dpkg-deb", "-x", str(path), str(unpacked)], env=BUILD_ENV).check()
+    control = out / "control"
+    run(["dpkg-deb", "-e", str(path), str(control)], env=BUILD_ENV).check()
+    listing = run(["dpkg-deb", "-c", str(path)], env=BUILD_ENV).check().stdout
+    return SimpleNamespace(
+        path=path, changes=next(out.glob("nvct_*.changes")), unpacked=unpacked, control=control,
+        paths={line.split(None, 5)[5].split(" -> ")[0][1:].rstrip("/") or "/"
+               for line in listing.splitlines()},
+        fields=_fields(run(["dpkg-deb", "-f", str(path)], env=BUILD_ENV).check().stdout))
+
+
+def _fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    name = ""
+    for line in text.splitlines():
+        if line.startswith((" ", "\t")):
+            fields[name] += "\n" + line.strip()
+        else:
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+    return fields
+
+
+def _names(relations: str) -> set[str]:
+    """Package names in a Depends-style field (versions and alternatives dropped)."""
+    return {alt.split("(")[0].strip() for rel in relations.split(",") for alt in rel.split("|")}
+
+
+# --------------------------------------------------------------------------- the .deb itself
+
+
+@needs_build_tools
+def test_deb_is_named_and_versioned_for_the_project(deb):
+    version = project_version()
+    assert deb.path.name == f"nvct_{version}_all.deb"
+    assert (deb.fields["Package"], deb.fields["Version"], deb.fields["Architecture"]) == \
+        ("nvct", version, "all")
+
+
+@needs_build_tools
+def test_deb_installs_the_programs_config_hook_and_python_package(deb):
+    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | {
+        CONFFILE, OCI_HOOK, NORMALIZE, f"{SITE}/nvct/__init__.py", f"{SITE}/nvct/shim.py",
+        f"{SITE}/nvct/hook.py", f"{SITE}/nvct/cli/__init__.py",
+        f"{SITE}/nvct-{project_version()}.dist-info/entry_points.txt",
+        "/usr/share/doc/nvct/copyright"}
+    assert wanted <= deb.paths, sorted(wanted - deb.paths)
+    for program in [f"/usr/bin/{p}" for p in PROGRAMS] + [NORMALIZE]:
+        mode = os.stat(deb.unpacked / program[1:]).st_mode & 0o777
+        assert mode == 0o755, f"{program}: mode {mode:o}"
+    assert not any("/local/" in p or "site-packages" in p for p in deb.paths)
+
+
+@needs_build_tools
+def test_deb_ships_every_module_of_the_tree(deb):
+    tree = {str(p.relative_to(REPO)) for p in (REPO / "nvct").rglob("*.py")
+            if "__pycache__" not in p.parts}
+    shipped = {p[len(SITE) + 1:] for p in deb.paths
+               if p.startswith(f"{SITE}/nvct/") and p.endswith(".py")}
+    assert shipped == tree
+
+
+@needs_build_tools
+def test_deb_programs_run_debians_python3(deb):
+    for program in PROGRAMS:
+        first = (deb.unpacked / "usr/bin" / program).read_text().splitlines()[0]
+        assert first == "#!/usr/bin/python3", f"/usr/bin/{program}: {first}"
+
+
+@needs_build_tools
+def test_deb_depends_on_debians_python_modules(deb):
+    assert _names(deb.fields["Depends"]) >= {
+        "python3:any", "python3-click", "python3-tomlkit", "python3-pyelftools",
+        "python3-prctl", "python3-yaml"}
+
+
+@needs_build_tools
+def test_deb_takes_the_place_of_the_nvidia_container_toolkit(deb):
+    assert _names(deb.fields["Conflicts"]) == set(TOOLKIT_PACKAGES)
+    assert _names(deb.fields["Replaces"]) == set(TOOLKIT_PACKAGES)
+    # No nvidia-container-cli here: claiming libnvidia-container-tools would lie.
+    assert _names(deb.fields["Provides"]) == set(TOOLKIT_PACKAGES[:2])
+
+
+@needs_build_tools
+def test_deb_config_is_a_conffile_with_the_shipped_content(deb):
+    assert (deb.control / "conffiles").read_text().split() == [CONFFILE]
+    assert (deb.unpacked / CONFFILE[1:]).read_bytes() == (REPO / "config/config.toml").read_bytes()
+    assert (deb.unpacked / OCI_HOOK[1:]).read_bytes() == \
+        (REPO / "hooks/oci-nvidia-hook.json").read_bytes()
+    assert NORMALIZE in (deb.control / "postinst").read_text()
+
+
+@needs_build_tools
+@pytest.mark.skipif(shutil.which("lintian", path=SYSTEM_PATH) is None, reason="needs lintian")
+def test_lintian_finds_no_errors(deb):
+    result = run(["lintian", str(deb.changes)], env=BUILD_ENV, timeout=300)
+    errors = [line for line in result.stdout.splitlines() if line.startswith("E:")]
+    assert result.rc == 0 and not errors, result.describe()
+
+
+# --------------------------------------------------------------------------- installed
+
+
+def _dpkg_state(package: str) -> str:
+    """``installed``, ``config-files``, ... or ``not-installed``."""
+    result = run(["dpkg-query", "-W", "-f", "${db:Status-Status}", package], env=BUILD_ENV)
+    return result.stdout.strip() if result.ok and result.stdout.strip() else "not-installed"
+
+
+def _untouchable_state() -> str:
+    """Why installing and purging nvct here would destroy something, or ''."""
+    for package in ("nvct",) + TOOLKIT_PACKAGES:
+        if _dpkg_state(package) != "not-installed":
+            return f"{package} is on this machine ({_dpkg_state(package)}): the test would replace or purge it"
+    if os.path.lexists(os.path.dirname(CONFFILE)):
+        return f"{os.path.dirname(CONFFILE)} exists (the test would change or remove it)"
+    return ""
+
+
+def _simulated_node(directory: Path) -> str:
+    try:
+        from nvct.simulate.node import build_node
+    except ImportError as e:
+        pytest.fail(f"nvct.simulate.node is missing ({e}): no simulated GPU node to run on")
+    return build_node(directory)["config"]
+
+
+def _gpu_container(tmp: Path, name: str, config_path: str):
+    """Run a container asking for GPU 0 through the installed runtime; return result, spec."""
+    bundle = tmp / name
+    make_bundle(bundle, make_rootfs(bundle), [
+        "/bin/sh", "-c", "test -c /dev/nvidia0 && echo has-nvidia0 && dlopen-probe libcuda.so.1"],
+        ["NVIDIA_VISIBLE_DEVICES=0"])
+    result = create_start_delete(["/usr/bin/nvidia-container-runtime"], bundle, timeout=60,
+                                 env={"PATH": SYSTEM_PATH, "NVIDIA_CTK_CONFIG_FILE_PATH": config_path})
+    return result, read_config(bundle)
+
+
+def _check_gpu_container(result, spec, hook_program: str) -> None:
+    assert result.ok, result.describe()
+    lines = result.stdout.splitlines()
+    assert "has-nvidia0" in lines, result.describe()
+    assert any(line.startswith("ok libcuda.so.1 /") for line in lines), result.describe()
+    hooks = [h["path"] for stage in spec.get("hooks", {}).values() for h in stage]
+    assert f"/usr/bin/{hook_program}" in hooks, hooks  # the installed programs did the work
+
+
+def _user_edit(text: str) -> str:
+    return text.replace('log-level = "info"', '# debugging node 7\nlog-level = "debug"')
+
+
+@needs_build_tools
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get install, mknod, runc)")
+@pytest.mark.skipif(shutil.which("apt-get", path=SYSTEM_PATH) is None, reason="needs apt-get")
+@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
+@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
+                    reason=f"needs {BUSYBOX} and gcc (the test container's rootfs)")
+def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path):
+    reason = _untouchable_state()
+    if reason:
+        pytest.skip(reason)
+    there_before = {p for p in deb.paths if os.path.lexists(p)}
+    node_config = _simulated_node(tmp_path / "node")
+    legacy_config = tmp_path / "legacy.toml"
+    legacy_config.write_text(Path(node_config).read_text()
+                             + '\n[nvidia-container-runtime]\nmode = "legacy"\n')
+
+    files: list[str] = []
+    install = run([*APT, "install", "--no-install-recommends", str(deb.path)],
+                  env=APT_ENV, timeout=300)
+    try:
+        assert install.ok, install.describe()
+        files = [os.path.normpath(p) for p in
+                 run(["dpkg", "-L", "nvct"], env=BUILD_ENV).check().stdout.split()]
+        imported = run(["/usr/bin/python3", "-c", "import nvct; print(nvct.__file__)"],
+                       env=BUILD_ENV, cwd="/").check().stdout.strip()
+        assert imported == f"{SITE}/nvct/__init__.py"
+        assert run(["/usr/bin/nvct", "--version"], env=BUILD_ENV).check().stdout.split()[-1] == \
+            project_version()
+        # Normalization left the untouched conffile byte-for-byte as shipped.
+        assert Path(CONFFILE).read_bytes() == (REPO / "config/config.toml").read_bytes()
+
+        _check_gpu_container(*_gpu_container(tmp_path, "jit-cdi", node_config), "nvct")
+        _check_gpu_container(*_gpu_container(tmp_path, "legacy", str(legacy_config)),
+                             "nvidia-container-runtime-hook")
+
+        # Reinstalling (what an upgrade runs) keeps the administrator's edits.
+        Path(CONFFILE).write_text(_user_edit(Path(CONFFILE).read_text()))
+        edited = config.parse_toml(Path(CONFFILE).read_bytes(), CONFFILE)
+        run(["dpkg", "-i", str(deb.path)], env=APT_ENV, timeout=300).check()
+        assert config.parse_toml(Path(CONFFILE).read_bytes(), CONFFILE) == edited
+        assert "# debugging node 7" in Path(CONFFILE).read_text()
+    finally:
+        purge = run([*APT, "purge", "nvct"], env=APT_ENV, timeout=300)
+    assert purge.ok, purge.describe()
+    assert _dpkg_state("nvct") == "not-installed"
+    left = sorted(p for p in set(files) | deb.paths if p not in there_before and os.path.lexists(p))
+    assert left == [], f"left behind by apt-get purge nvct: {left}"
+    assert not os.path.lexists(f"{SITE}/nvct")
+    assert not os.path.lexists(os.path.dirname(CONFFILE))
+
