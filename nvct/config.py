@@ -16,12 +16,13 @@ docs/configuration.md), with ``NVCT_DRIVER_ROOT``, ``NVCT_DEV_ROOT`` and
 
 from __future__ import annotations
 
-import copy
 import os
-import re
-from typing import Any, Mapping
 
 from nvct.errors import ConfigError
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Mapping
 
 CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
 RELATIVE_PATH = "nvidia-container-runtime/config.toml"
@@ -29,7 +30,7 @@ RELATIVE_PATH = "nvidia-container-runtime/config.toml"
 ALL_CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
 
 #: The built-in defaults, in the reference's layout.
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, object] = {
     "accept-nvidia-visible-devices-as-volume-mounts": False,
     "accept-nvidia-visible-devices-envvar-when-unprivileged": True,
     "disable-require": False,
@@ -85,18 +86,18 @@ def default_path(env: Mapping[str, str] | None = None) -> str:
 class Config:
     """Typed access to the merged configuration (file over defaults)."""
 
-    def __init__(self, data: Mapping[str, Any] | None = None, path: str | None = None,
+    def __init__(self, data: Mapping[str, object] | None = None, path: str | None = None,
                  env: Mapping[str, str] | None = None):
         self.path = path
-        self.data = _merge(copy.deepcopy(DEFAULTS), data or {})
+        self.data = _merge(_copy(DEFAULTS), data or {})
         self._env = os.environ if env is None else env
         self._validate()
 
-    def get(self, dotted: str, default: Any = None) -> Any:
+    def get(self, dotted: str, default: object = None) -> object:
         """Look a key up by its dotted path, e.g. ``nvidia-container-runtime.mode``."""
-        node: Any = self.data
+        node: object = self.data
         for part in _split_key(dotted):
-            if not isinstance(node, Mapping) or part not in node:
+            if not isinstance(node, dict) or part not in node:
                 return default
             node = node[part]
         return node
@@ -163,7 +164,7 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Confi
     return Config(parse_toml(raw, path), path, env)
 
 
-def parse_toml(raw: bytes, path: str) -> dict[str, Any]:
+def parse_toml(raw: bytes, path: str) -> dict[str, object]:
     """Parse TOML, turning any syntax error into one line naming file and line."""
     try:
         text = raw.decode("utf-8")
@@ -179,7 +180,7 @@ def parse_toml(raw: bytes, path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {_toml_reason(str(e))}") from None
 
 
-def _parse_with_tomlkit(text: str, path: str) -> dict[str, Any]:
+def _parse_with_tomlkit(text: str, path: str) -> dict[str, object]:
     import tomlkit
     import tomlkit.exceptions
 
@@ -190,6 +191,8 @@ def _parse_with_tomlkit(text: str, path: str) -> dict[str, Any]:
 
 
 def _toml_reason(msg: str) -> str:
+    import re
+
     # tomllib says "... (at line 3, column 7)", tomlkit "... at line 3 col 7".
     m = re.search(r"\(?at line (\d+),? col(?:umn)? (\d+)\)?", msg)
     if not m:
@@ -203,9 +206,18 @@ def _split_key(dotted: str) -> list[str]:
     return dotted.split(".")
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def _copy(value):
+    # copy.deepcopy would import weakref and friends on every container start.
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _merge(base: dict[str, object], over: Mapping[str, object]) -> dict[str, object]:
     for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
             _merge(base[key], value)
         else:
             base[key] = value

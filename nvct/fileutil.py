@@ -7,9 +7,7 @@ must leave either the old file or the new one, never half of either.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
 
 
 def write_atomic(path: str, data: bytes | str, *, mode: int | None = None,
@@ -20,6 +18,9 @@ def write_atomic(path: str, data: bytes | str, *, mode: int | None = None,
     ``backup`` is given and ``path`` exists, the old content is copied there
     first (only once: an existing backup is the original and is kept).
     """
+    import shutil
+    import tempfile
+
     if isinstance(data, str):
         data = data.encode("utf-8")
     directory = os.path.dirname(os.path.abspath(path))

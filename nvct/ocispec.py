@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
-from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
 from nvct.errors import SpecError
-from nvct.fileutil import write_atomic
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Any
+
+    from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
 
 #: Hook executables that mark a spec as already handled by an NVIDIA hook.
 NVIDIA_HOOK_NAMES = ("nvidia-container-runtime-hook", "nvidia-container-toolkit")
@@ -40,6 +43,8 @@ def load(bundle: str) -> dict[str, Any]:
 
 
 def save(bundle: str, spec: dict[str, Any]) -> None:
+    from nvct.fileutil import write_atomic
+
     write_atomic(config_path(bundle), json.dumps(spec, separators=(",", ":")))
 
 

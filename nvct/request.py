@@ -10,11 +10,13 @@ This module is on the shim's hot path: standard library only.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
 
 from nvct.config import ALL_CAPABILITIES, Config
 from nvct.errors import RequestError
+
+TYPE_CHECKING = False  # typing and dataclasses cost ~10 ms on every container start
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Sequence
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
@@ -40,7 +42,6 @@ GATED_FEATURES = {
 _MAX_DEVICE_IDS = 4096
 
 
-@dataclass
 class Request:
     """The resolved request of one container.
 
@@ -49,18 +50,28 @@ class Request:
     (``none``) still gets the driver's libraries and utilities.
     """
 
-    devices: tuple[str, ...] | None
-    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
-    requirements: tuple[tuple[str, str], ...] = ()
-    disable_require: bool = False
-    mig_config: tuple[str, ...] = ()
-    mig_monitor: tuple[str, ...] = ()
-    imex_channels: tuple[str, ...] = ()
-    features: frozenset[str] = frozenset()
-    privileged: bool = False
-    legacy_image: bool = False
-    source: str = "env"
-    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    def __init__(self, devices: tuple[str, ...] | None, *,
+                 capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES,
+                 requirements: tuple[tuple[str, str], ...] = (), disable_require: bool = False,
+                 mig_config: tuple[str, ...] = (), mig_monitor: tuple[str, ...] = (),
+                 imex_channels: tuple[str, ...] = (), features: frozenset[str] = frozenset(),
+                 privileged: bool = False, legacy_image: bool = False, source: str = "env",
+                 env: Mapping[str, str] | None = None):
+        self.devices = devices
+        self.capabilities = capabilities
+        self.requirements = requirements
+        self.disable_require = disable_require
+        self.mig_config = mig_config
+        self.mig_monitor = mig_monitor
+        self.imex_channels = imex_channels
+        self.features = features
+        self.privileged = privileged
+        self.legacy_image = legacy_image
+        self.source = source
+        self.env = env if env is not None else {}
+
+    def __repr__(self) -> str:
+        return f"Request(devices={self.devices!r}, capabilities={self.capabilities!r}, source={self.source!r})"
 
     @property
     def is_gpu(self) -> bool:
@@ -98,7 +109,7 @@ def is_privileged(spec: Mapping[str, Any]) -> bool:
     caps = (spec.get("process") or {}).get("capabilities")
     if isinstance(caps, list):
         return "CAP_SYS_ADMIN" in caps
-    if isinstance(caps, Mapping):
+    if isinstance(caps, dict):
         return "CAP_SYS_ADMIN" in (caps.get("bounding") or ())
     return False
 
@@ -235,7 +246,7 @@ def _mount_requests(mounts: Sequence[Mapping[str, Any]]) -> list[str]:
     seen: set[str] = set()
     out: list[str] = []
     for m in mounts:
-        if not isinstance(m, Mapping) or os.path.normpath(str(m.get("source", ""))) != "/dev/null":
+        if not isinstance(m, dict) or os.path.normpath(str(m.get("source", ""))) != "/dev/null":
             continue
         dest = os.path.normpath(str(m.get("destination", "")))
         if dest in seen:

@@ -13,9 +13,14 @@ operation here ever passes a joined ``root + path`` string to the kernel:
   that never follow a symlink (``mkdirat``, ``mknodat``, ``symlinkat``,
   ``O_CREAT|O_EXCL|O_NOFOLLOW``, ``renameat``);
 * mounts, chmod and chown act on ``/proc/self/fd/<fd>`` of an fd we resolved,
-  so there is no window between checking a path and using it;
-* nothing is created, changed, mounted or read on procfs, sysfs and the like,
-  even inside the root (their files act on the host kernel).
+  so there is no window between checking a path and using it; a mount is
+  checked afterwards to be where the path leads, and undone if not;
+* nothing is created or changed on procfs, sysfs and the like, even inside
+  the root (their files act on the host kernel); reading or mounting over
+  them only at the exact path the caller named, never via an image symlink.
+
+Open a Rootfs only after entering the container's mount namespace (see
+nvct.namespaces): operations refuse to run from another one.
 
 The container's own view (symlinks resolved inside the root) is honoured:
 ``/lib -> usr/lib`` works, ``/usr/lib/x86_64-linux-gnu -> /etc`` lands in the
@@ -29,6 +34,7 @@ import errno
 import os
 import posixpath
 import stat
+
 from nvct.errors import ContainerError
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -177,6 +183,10 @@ class Rootfs:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            self.close()
 
     def fileno(self) -> int:
         """The root's O_PATH fd (valid until :meth:`close`)."""

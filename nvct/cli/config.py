@@ -94,6 +94,12 @@ def default_command(output) -> None:
         click.echo(text, nl=False)
 
 
+for _alias in ("create-default", "generate-default"):  # the reference's other names for it
+    _hidden = copy.copy(default_command)
+    _hidden.hidden = True
+    config_group.add_command(_hidden, _alias)
+
+
 @config_group.command("show", help="Print the effective config: the file over the defaults.")
 @click.option("--config-file", "--config", "-c", "config_file", metavar="PATH", help="The config file.")
 @click.pass_context

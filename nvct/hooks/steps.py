@@ -112,7 +112,8 @@ def update_ldcache(args: _Args, ctx: HookContext) -> None:
     from nvct import ldconfig
 
     folders = ctx.extra_folders + [f for f in args.all("folder") if f not in ctx.extra_folders]
-    ldconfig.update_ldcache(ctx.rootfs, folders, ldconfig=args.one("ldconfig-path") or ldconfig.DEFAULT_LDCONFIG)
+    path = args.one("ldconfig-path")
+    ldconfig.update_ldcache(ctx.rootfs, folders, **({"ldconfig": path} if path else {}))
 
 
 def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:

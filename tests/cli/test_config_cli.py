@@ -76,6 +76,11 @@ def test_default_is_the_reference_layout_with_commented_examples(capsys):
     assert out == DEFAULT_TOML
 
 
+@pytest.mark.parametrize("alias", ["create-default", "generate-default"])
+def test_default_has_the_reference_aliases(capsys, alias):
+    assert nvct(capsys, "config", alias) == (0, DEFAULT_TOML, "")
+
+
 def test_default_is_a_valid_config_equal_to_the_defaults(tmp_path, capsys):
     from nvct import config
 

@@ -89,7 +89,8 @@ def test_dry_run_prints_a_diff_and_writes_nothing(tmp_path, capsys):
 
 def test_configure_then_unconfigure_is_byte_identical(tmp_path, capsys):
     config = tmp_path / "config.toml"
-    original = b'# keep me\nversion = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
+    original = (b'# keep me\nversion = 2\n\n'
+                b'[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n')
     config.write_bytes(original)
     assert nvct(capsys, "configure", "--runtime", "containerd", "--config", str(config), "--set-as-default")[0] == 0
     rc, _, err = nvct(capsys, "unconfigure", "--runtime", "containerd", "--config", str(config))

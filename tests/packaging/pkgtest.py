@@ -36,3 +36,21 @@ def build_package(script: str, out_dir: Path, timeout: float = 180) -> Path:
     result = run(["bash", str(REPO / "scripts" / script), str(out_dir)], env=env,
                  timeout=timeout).check()
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+def containerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Containerfile: comments dropped, continuations joined."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line = pending + line
+        pending = ""
+        word, _, rest = line.partition(" ")
+        instructions.append((word.upper(), " ".join(rest.split())))
+    return instructions

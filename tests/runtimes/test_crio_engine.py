@@ -113,7 +113,8 @@ def test_runtimes_that_is_not_a_table_is_an_error(tmp_path):
 def test_unconfigure_without_record_unsets_default_and_removes_drop_in(tmp_path):
     main, drop_in = _layout(tmp_path)
     drop_in.parent.mkdir()
-    drop_in.write_text('[crio.runtime]\ndefault_runtime = "nvidia"\n[crio.runtime.runtimes.nvidia]\nruntime_path = "/x"\n')
+    drop_in.write_text('[crio.runtime]\ndefault_runtime = "nvidia"\n'
+                       '[crio.runtime.runtimes.nvidia]\nruntime_path = "/x"\n')
     runtimes.unconfigure("crio", str(main))
     assert not drop_in.exists()
     assert main.read_text() == CRIO_CONF

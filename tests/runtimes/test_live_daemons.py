@@ -19,7 +19,6 @@ from nvct.cli import main
 from tests.runtimes import toml_loads
 from tests.support.containerd import CONTAINERD, CTR, Containerd
 from tests.support.docker import DOCKER, DOCKERD, Dockerd
-from tests.support.fixtures import busybox_image_tar  # noqa: F401 (fixture)
 from tests.support.proc import read_pidfile, wait_until
 
 RUNC = "/usr/sbin/runc"
@@ -91,7 +90,7 @@ def test_dockerd_starts_with_the_runtime_nvct_configured():
 
 @needs_root
 @needs_docker
-def test_dockerd_runs_containers_with_the_nvct_runtime_as_default(busybox_image_tar):  # noqa: F811
+def test_dockerd_runs_containers_with_the_nvct_runtime_as_default(busybox_image_tar):
     with NvctDockerd() as d:
         d.load(busybox_image_tar)
         result = d.run(["--rm", "nvct/busybox", "echo", "via-nvidia-runtime"])
@@ -126,7 +125,8 @@ def test_containerd_loads_the_config_nvct_edited(drop_in):
                               capture_output=True, text=True, timeout=60)
         main_config = toml_loads(open(c.config_file).read())
     assert plugins.ok, plugins.stderr
-    cri = [line.split() for line in plugins.stdout.splitlines() if line.split()[:2] == ["io.containerd.grpc.v1", "cri"]]
+    cri = [fields for fields in map(str.split, plugins.stdout.splitlines())
+           if fields[:2] == ["io.containerd.grpc.v1", "cri"]]
     assert cri and cri[0][-1] == "ok", plugins.stdout
     assert dump.returncode == 0, dump.stderr
     effective = toml_loads(dump.stdout)["plugins"][CRI]

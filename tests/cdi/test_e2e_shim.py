@@ -1,0 +1,63 @@
+"""nvct's shim in cdi mode runs containers under runc and crun, devices from a spec dir.
+
+The config is the simulated node's with ``mode = "cdi"``, the spec
+directories pointing at a private directory holding the spec
+``nvct cdi generate`` wrote, and the low-level runtime under test.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.support.bundle import make_bundle
+from tests.support.fixtures import oci_runtime, rootfs  # noqa: F401
+from tests.support.runtimes import run_container
+
+from . import e2e
+
+
+def _shim_config(tmp_path, node, spec_dir, runtime: str) -> str:
+    with open(node["config"]) as f:
+        text = f.read()
+    path = tmp_path / "config.toml"
+    path.write_text(text + (
+        "\n[nvidia-container-runtime]\n"
+        'mode = "cdi"\n'
+        f'runtimes = ["{runtime}"]\n'
+        "\n[nvidia-container-runtime.modes.cdi]\n"
+        f'spec-dirs = ["{spec_dir}"]\n'))
+    return str(path)
+
+
+@pytest.fixture
+def shim(tmp_path, node, entry_points, oci_runtime):  # noqa: F811
+    """(argv of the shim, its environment) with the node's spec in a private spec dir."""
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "nvidia.yaml").write_text(e2e.generate_spec_text(entry_points, node))
+    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=_shim_config(tmp_path, node, spec_dir, oci_runtime[0]))
+    return [entry_points["nvidia-container-runtime"]], env
+
+
+@pytest.mark.parametrize("request_env, device", [
+    ("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0", "0"),
+    ("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all", "all"),
+    ("NVIDIA_VISIBLE_DEVICES=0:0", "0:0"),  # unqualified: the default kind
+])
+def test_shim_in_cdi_mode_injects_the_device(shim, rootfs, tmp_path, node, request_env, device):  # noqa: F811
+    argv, env = shim
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", e2e.CHECK_SCRIPT], [request_env])
+    result = run_container(argv, bundle, env=env, log_file=str(tmp_path / "log.json"), timeout=60)
+    assert result.ok, result.describe()
+    e2e.assert_container_sees(result.stdout, node, device)
+
+
+def test_shim_reports_an_undefined_device_in_the_runtime_log(shim, rootfs, tmp_path):  # noqa: F811
+    argv, env = shim
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=9"])
+    result = run_container(argv, bundle, env=env, log_file=str(tmp_path / "log.json"))
+    assert not result.ok
+    assert "unresolvable CDI device nvidia.com/gpu=9; looked in" in result.stderr
+    assert "unresolvable CDI device nvidia.com/gpu=9" in result.log

@@ -1,0 +1,107 @@
+"""The .rpm: built with rpmbuild from a tarball of the tree, then inspected."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version
+from tests.support.proc import SYSTEM_PATH, run
+
+PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook")
+CONFFILE = "/etc/nvidia-container-runtime/config.toml"
+OCI_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+NORMALIZE = "/usr/libexec/nvct/normalize-config"
+SITE = re.compile(r"^/usr/lib/python3\.\d+/site-packages/")
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                    "libnvidia-container-tools")
+
+
+def _missing_tools() -> str:
+    missing = [t for t in ("rpmbuild", "rpm2archive") if shutil.which(t, path=SYSTEM_PATH) is None]
+    if run(["/usr/bin/python3", "-c", "import build, installer, setuptools, wheel"],
+           env=BUILD_ENV).rc != 0:
+        missing.append("python3-build, python3-installer, python3-setuptools, python3-wheel")
+    return ", ".join(missing)
+
+
+_MISSING = _missing_tools()
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs the .rpm build tools: {_MISSING}")
+
+
+@pytest.fixture(scope="module")
+def rpm(tmp_path_factory) -> SimpleNamespace:
+    path = build_package("build-rpm.sh", tmp_path_factory.mktemp("rpm"))
+
+    def query(*args: str) -> str:
+        return run(["rpm", "-qp", *args, str(path)], env=BUILD_ENV).check().stdout
+
+    return SimpleNamespace(path=path, query=query, files=query("-l").split(),
+                           payload=_payload(path))
+
+
+def _payload(path: Path) -> dict[str, bytes]:
+    """Every regular file in the package: path -> content."""
+    with open(path, "rb") as f:
+        data = subprocess.run(["rpm2archive", "-"], stdin=f, capture_output=True,
+                              env=BUILD_ENV, check=True, timeout=60).stdout
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return {m.name[1:]: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+def test_rpm_is_named_and_versioned_for_the_project(rpm):
+    version = project_version()
+    assert rpm.path.name == f"nvct-{version}-1.noarch.rpm"
+    assert rpm.query("--qf", "%{NAME} %{VERSION} %{ARCH}") == f"nvct {version} noarch"
+
+
+def test_rpm_installs_the_programs_config_hook_and_python_package(rpm):
+    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | {CONFFILE, OCI_HOOK, NORMALIZE}
+    assert wanted <= set(rpm.files), sorted(wanted - set(rpm.files))
+    modules = {SITE.sub("", f) for f in rpm.files if SITE.match(f)}
+    assert {"nvct/__init__.py", "nvct/shim.py", "nvct/hook.py", "nvct/cli/__init__.py",
+            f"nvct-{project_version()}.dist-info/entry_points.txt"} <= modules
+    tree = {str(p.relative_to(REPO)) for p in (REPO / "nvct").rglob("*.py")
+            if "__pycache__" not in p.parts}
+    assert {m for m in modules if m.startswith("nvct/") and m.endswith(".py")} == tree
+    modes = dict(line.rsplit(" ", 1) for line in
+                 rpm.query("--qf", "[%{FILENAMES} %{FILEMODES:octal}\n]").splitlines())
+    for program in [f"/usr/bin/{p}" for p in PROGRAMS] + [NORMALIZE]:
+        assert modes[program].endswith("755"), f"{program}: mode {modes[program]}"
+
+
+def test_rpm_programs_run_the_system_python3(rpm):
+    for program in PROGRAMS:
+        first = rpm.payload[f"/usr/bin/{program}"].decode().splitlines()[0]
+        assert first == "#!/usr/bin/python3", f"/usr/bin/{program}: {first}"
+
+
+def test_rpm_config_is_noreplace_with_the_shipped_content(rpm):
+    assert rpm.query("-c").split() == [CONFFILE]
+    flags = dict(line.rsplit(" ", 1) for line in
+                 rpm.query("--qf", "[%{FILENAMES} %{FILEFLAGS:fflags}\n]").splitlines())
+    assert set(flags[CONFFILE]) >= {"c", "n"}  # %config(noreplace)
+    assert rpm.payload[CONFFILE] == (REPO / "config/config.toml").read_bytes()
+    assert rpm.payload[OCI_HOOK] == (REPO / "hooks/oci-nvidia-hook.json").read_bytes()
+    assert rpm.payload[NORMALIZE] == (REPO / "packaging/normalize-config").read_bytes()
+    assert NORMALIZE in rpm.query("--scripts")
+
+
+def test_rpm_requires_the_python_modules(rpm):
+    requires = {line.strip() for line in rpm.query("-R").splitlines()}
+    assert {"python3-click", "python3-tomlkit", "python3-pyelftools", "python3-prctl",
+            "python3-pyyaml", "python3 >= 3.9"} <= requires, sorted(requires)
+
+
+def test_rpm_takes_the_place_of_the_nvidia_container_toolkit(rpm):
+    assert set(rpm.query("--conflicts").split()) == set(TOOLKIT_PACKAGES)
+    assert set(TOOLKIT_PACKAGES[:2]) <= set(rpm.query("--provides").split())
+    assert "libnvidia-container-tools" not in rpm.query("--provides")
+    assert rpm.query("--obsoletes").strip() == ""  # never replaced on a plain upgrade
