@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 #: OCI hook stages that CDI allows.
 HOOK_STAGES = (

@@ -6,10 +6,13 @@ Paths are as a container sees them (relative to the driver or device root).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from nvct.driver import BINARIES, Driver, Node
 from nvct.errors import DriverError
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def gpus(driver: Driver, *, with_nvml: bool = True) -> list[dict[str, Any]]:

@@ -24,9 +24,12 @@ import stat
 import struct
 import sys
 from dataclasses import dataclass
-from typing import Callable
 
 from nvct.errors import CacheError
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Callable
 
 __all__ = ["Entry", "parse", "load"]
 

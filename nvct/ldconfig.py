@@ -31,12 +31,15 @@ import os
 import select
 import struct
 import time
-from typing import Sequence
 
 from nvct import privileges
 from nvct.errors import ContainerError
 from nvct.namespaces import mounts, unshare_mount_namespace
 from nvct.rootfs import MNT_DETACH, UMOUNT_NOFOLLOW, Rootfs, umount
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Sequence
 
 CONF_PATH = "/etc/ld.so.conf.d/00-nvct-driver.conf"
 CACHE_PATH = "/etc/ld.so.cache"

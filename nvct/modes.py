@@ -14,12 +14,15 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
 from nvct import ocispec
 from nvct.edits import ContainerEdits, Hook
 from nvct.errors import NvctError
 from nvct.request import VISIBLE_DEVICES, Request
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Any
 
 HOOK_NAME = "nvidia-container-runtime-hook"
 

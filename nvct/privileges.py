@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Iterable, MutableMapping
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Iterable, MutableMapping
 
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4

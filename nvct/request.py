@@ -334,6 +334,8 @@ def _capabilities(env: Mapping[str, str], config: Config, legacy: bool) -> tuple
 
 def _requirements(env: Mapping[str, str], disable: bool) -> tuple[tuple[str, str], ...]:
     """The raw (name, expression) pairs; parsed and checked against the driver later."""
+    if not env.get(CUDA_VERSION) and not any(k.startswith("NVIDIA_REQUIRE_") for k in env):
+        return ()
     from nvct import requirements
 
     return tuple(requirements.collect(env, disable_require=disable))

@@ -224,9 +224,8 @@ def test_a_hanging_ldconfig_is_killed(image, built):
     assert time.monotonic() - start < 5
 
 
+@needs_root
 def test_setup_failure_in_the_child_is_reported(image, built, monkeypatch):
     monkeypatch.setattr(ldconfig, "_KEEP_CAPS", {"no_such_cap"})
-    if os.geteuid() != 0:
-        pytest.skip("needs root (chroot, namespaces)")
     with pytest.raises(ContainerError, match="ldconfig in container root .*: unknown capab"):
         update_ldcache(str(image), [], ldconfig=f"@{built['probe']}")

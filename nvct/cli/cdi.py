@@ -54,7 +54,7 @@ def generate_command(ctx, output, fmt, mode, strategies, device_ids, driver_root
                     config.get("nvidia-container-cli.ldcache") or None)
     raw = generate.generate(
         driver, hook_path=hook_path or hook_executable(config), vendor=vendor, cls=cls,
-        device_ids=device_ids or ("all",), strategies=strategies or generate.DEFAULT_STRATEGIES,
+        device_ids=_split(device_ids) or ("all",), strategies=strategies or generate.DEFAULT_STRATEGIES,
         mode=mode.lower(), all_device=not no_all_device)
     if not output:
         sys.stdout.write(encoding.dumps(raw, fmt))
@@ -115,6 +115,11 @@ def transform_root_command(from_root, to_root, relative_to, input_path, output, 
         sys.stdout.write(encoding.dumps(raw, fmt))
         return
     spec_mod.save(raw, output, fmt)
+
+
+def _split(values) -> tuple[str, ...]:
+    """Repeated options that may also hold comma-separated lists (``--device-id 0,1``)."""
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
 
 
 def _output_format(fmt: str | None, output: str, default: str = "yaml") -> str:

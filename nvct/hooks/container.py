@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import IO, Any
 
 from nvct import ocispec
 from nvct.errors import SpecError
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 
 @dataclass

@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Callable
 
 from nvct.errors import NvctError
 from nvct.hooks.container import HookContext
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Callable
 
 _COMPAT_DIR = "/usr/local/cuda/compat"
 _COMPAT_CONF = "/etc/ld.so.conf.d/00-compat-nvct.conf"
@@ -129,12 +132,7 @@ def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
             return
         lines = [("ModifyDeviceFiles: 0" if line.startswith("ModifyDeviceFiles:") else line)
                  for line in current.splitlines()]
-        fd = os.memfd_create("nvct-params", 0)
-        try:
-            os.write(fd, ("\n".join(lines) + "\n").encode())
-            root.bind_mount(f"/proc/self/fd/{fd}", target, readonly=True)
-        finally:
-            os.close(fd)
+        root.mount_data(target, ("\n".join(lines) + "\n").encode())
 
 
 def chmod(args: _Args, ctx: HookContext) -> None:

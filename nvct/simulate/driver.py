@@ -89,7 +89,6 @@ class Driver:
     def libraries(self) -> list[Library]:
         """The libraries this version installs, in a stable order."""
         b = self.branch
-        v = self.version
         libs = [
             Library("libnvidia-ml", "utility", "1", dev_link=True, i386=True),
             Library("libnvidia-cfg", "utility", "1", dev_link=True),

@@ -258,7 +258,8 @@ def _run(job: _Job) -> str | None:
     except FileNotFoundError:
         return "gcc not found (building a simulated node needs gcc; for i386 libraries gcc-multilib)"
     if proc.returncode != 0:
-        os.path.exists(tmp) and os.unlink(tmp)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         return lines[-1] if lines else f"gcc exited with status {proc.returncode}"
     os.replace(tmp, job.out)

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import uuid as _uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from nvct.errors import NvctError
@@ -216,13 +216,6 @@ def resolve(raw: Mapping[str, Any], *, gpus: int | None = None, mig: bool = True
     digest = hashlib.sha256(json.dumps([raw, gpus, mig], sort_keys=True, default=str).encode()).hexdigest()
     return Topology(name=str(raw.get("name", "simulated node")), gpus=tuple(result), profiles=profiles,
                     imex_channels=imex, nvswitches=nvswitches, sha256=digest)
-
-
-def to_dict(gpu: Gpu) -> dict:
-    """A GPU as plain JSON-able data (for the manifest)."""
-    d = asdict(gpu)
-    d["mig_devices"] = [asdict(m) for m in gpu.mig_devices]
-    return d
 
 
 class _Ctx:

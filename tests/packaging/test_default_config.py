@@ -8,6 +8,7 @@ import re
 from tests.packaging.pkgtest import REPO
 
 from nvct import cli, config
+from nvct.runtimes import ocihook
 
 CONFIG = REPO / "config" / "config.toml"
 OCI_HOOK = REPO / "hooks" / "oci-nvidia-hook.json"
@@ -43,6 +44,10 @@ def test_every_commented_example_names_a_known_setting():
         parsed = config.parse_toml(line.encode(), "example")[key]
         default = node[key]
         assert type(parsed) is type(default), f"#{line}: a {type(default).__name__} setting"
+
+
+def test_oci_hook_is_what_nvct_runtime_configure_writes():
+    assert OCI_HOOK.read_text() == ocihook.hook_json()
 
 
 def test_oci_hook_runs_the_packaged_hook_before_every_container_starts():
