@@ -8,20 +8,22 @@ as ``GPU:MIG`` (``0:1``), a GPU or MIG UUID, a PCI bus id, ``all``, and the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from nvct.driver import Driver, Gpu, MigDevice
 from nvct.errors import RequestError
+from nvct.record import Record
 
 _BUS_RE = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(Record):
     """Whole GPUs and MIG devices chosen for one container, in request order."""
+    __slots__ = ('gpus', 'migs')
+    _defaults = {'gpus': (), 'migs': ()}
 
-    gpus: tuple[Gpu, ...] = ()
-    migs: tuple[tuple[Gpu, MigDevice], ...] = ()
+
+    gpus: tuple[Gpu, ...]
+    migs: tuple[tuple[Gpu, MigDevice], ...]
 
     def all_parents(self) -> list[Gpu]:
         """Every GPU whose device node the container needs (whole GPUs and MIG parents)."""

@@ -17,10 +17,10 @@ import functools
 import glob
 import os
 import stat
-from dataclasses import dataclass, field
 
 from nvct import procfs
 from nvct.errors import DriverError
+from nvct.record import Record
 
 NVIDIA_MAJOR = 195
 CTL_MINOR = 255
@@ -79,9 +79,10 @@ GRAPHICS_FILES = {
 _FIRMWARE_DIRS = ("/lib/firmware/nvidia/{version}", "/usr/lib/firmware/nvidia/{version}")
 
 
-@dataclass(frozen=True)
-class Library:
+class Library(Record):
     """A driver library: ``path`` is where it lies under the driver root (and in the container)."""
+    __slots__ = ('path', 'soname', 'capability', 'arch')
+
 
     path: str
     soname: str
@@ -89,8 +90,9 @@ class Library:
     arch: str
 
 
-@dataclass(frozen=True)
-class MigDevice:
+class MigDevice(Record):
+
+    __slots__ = ('gpu_index', 'index', 'gi', 'ci', 'gi_cap_minor', 'ci_cap_minor')
     gpu_index: int
     index: int
     gi: int
@@ -103,14 +105,17 @@ class MigDevice:
         return f"{self.gpu_index}:{self.index}"
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Record):
+
+    __slots__ = ('index', 'minor', 'uuid', 'bus_id', 'model', 'migs')
+    _defaults = {'migs': ()}
+    _uncompared = frozenset({'migs'})
     index: int
     minor: int
     uuid: str
     bus_id: str
     model: str
-    migs: tuple[MigDevice, ...] = field(default=(), compare=False)
+    migs: tuple[MigDevice, ...]
 
     @property
     def mig_enabled(self) -> bool:
@@ -121,15 +126,17 @@ class Gpu:
         return f"/dev/nvidia{self.minor}"
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(Record):
     """A character device node of the driver, as a container should see it."""
+    __slots__ = ('path', 'major', 'minor', 'host_path', 'file_mode')
+    _defaults = {'file_mode': None}
+
 
     path: str
     major: int
     minor: int
     host_path: str
-    file_mode: int | None = None
+    file_mode: int | None
 
 
 class Driver:

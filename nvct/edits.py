@@ -10,8 +10,7 @@ are for ``nvct explain`` and take no part in comparison or serialization.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from nvct.record import Record
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
@@ -28,21 +27,24 @@ HOOK_STAGES = (
 )
 
 
-@dataclass(frozen=True)
-class DeviceNode:
+class DeviceNode(Record):
     """A device node to create in the container (and allow in its cgroup)."""
 
+    __slots__ = ("path", "major", "minor", "type", "host_path", "file_mode", "uid", "gid",
+                 "permissions", "reason")
+    _defaults = {"type": "c", "host_path": None, "file_mode": None, "uid": None, "gid": None,
+                 "permissions": "", "reason": ""}
     path: str
     major: int
     minor: int
-    type: str = "c"
-    host_path: str | None = None
-    file_mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
+    type: str
+    host_path: str | None
+    file_mode: int | None
+    uid: int | None
+    gid: int | None
     #: cgroup access ("r", "w", "m" letters, or "none"); empty means CDI's default "rwm".
-    permissions: str = ""
-    reason: str = field(default="", compare=False)
+    permissions: str
+    reason: str
 
     def to_cdi(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path}
@@ -62,15 +64,16 @@ class DeviceNode:
         return out
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(Record):
     """A bind (or other) mount from the host into the container."""
 
+    __slots__ = ("host_path", "container_path", "type", "options", "reason")
+    _defaults = {"type": None, "options": (), "reason": ""}
     host_path: str
     container_path: str
-    type: str | None = None
-    options: tuple[str, ...] = ()
-    reason: str = field(default="", compare=False)
+    type: str | None
+    options: tuple[str, ...]
+    reason: str
 
     def to_cdi(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -84,16 +87,17 @@ class Mount:
         return out
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(Record):
     """An OCI hook: ``path`` is executed with exactly ``args`` and ``env``."""
 
+    __slots__ = ("hook_name", "path", "args", "env", "timeout", "reason")
+    _defaults = {"args": (), "env": (), "timeout": None, "reason": ""}
     hook_name: str
     path: str
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    timeout: int | None = None
-    reason: str = field(default="", compare=False)
+    args: tuple[str, ...]
+    env: tuple[str, ...]
+    timeout: int | None
+    reason: str
 
     def to_cdi(self) -> dict[str, Any]:
         out: dict[str, Any] = {"hookName": self.hook_name, "path": self.path}
@@ -106,10 +110,10 @@ class Hook:
         return out
 
 
-@dataclass(frozen=True)
-class NetDevice:
+class NetDevice(Record):
     """A host network interface moved into the container (CDI 1.1.0 ``netDevices``)."""
 
+    __slots__ = ("host_interface_name", "name")
     host_interface_name: str
     name: str
 
@@ -117,21 +121,24 @@ class NetDevice:
         return {"hostInterfaceName": self.host_interface_name, "name": self.name}
 
 
-@dataclass(frozen=True)
-class IntelRdt:
+class IntelRdt(Record):
     """The container's Intel RDT class of service (CDI 0.7.0+ ``intelRdt``).
 
     ``enable_cmt``/``enable_mbm`` exist in CDI 0.7.0-1.0.0 only, ``schemata``
     and ``enable_monitoring`` from 1.1.0; the keys are the OCI spec's too.
     """
 
-    clos_id: str = ""
-    l3_cache_schema: str = ""
-    mem_bw_schema: str = ""
-    schemata: tuple[str, ...] | None = None
-    enable_monitoring: bool = False
-    enable_cmt: bool = False
-    enable_mbm: bool = False
+    __slots__ = ("clos_id", "l3_cache_schema", "mem_bw_schema", "schemata", "enable_monitoring",
+                 "enable_cmt", "enable_mbm")
+    _defaults = {"clos_id": "", "l3_cache_schema": "", "mem_bw_schema": "", "schemata": None,
+                 "enable_monitoring": False, "enable_cmt": False, "enable_mbm": False}
+    clos_id: str
+    l3_cache_schema: str
+    mem_bw_schema: str
+    schemata: tuple[str, ...] | None
+    enable_monitoring: bool
+    enable_cmt: bool
+    enable_mbm: bool
 
     def to_cdi(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -161,17 +168,30 @@ class IntelRdt:
         )
 
 
-@dataclass
 class ContainerEdits:
     """A set of edits; ``extend`` merges another set into this one."""
 
-    env: list[str] = field(default_factory=list)
-    device_nodes: list[DeviceNode] = field(default_factory=list)
-    mounts: list[Mount] = field(default_factory=list)
-    hooks: list[Hook] = field(default_factory=list)
-    additional_gids: list[int] = field(default_factory=list)
-    net_devices: list[NetDevice] = field(default_factory=list)
-    intel_rdt: IntelRdt | None = None
+    __slots__ = ("env", "device_nodes", "mounts", "hooks", "additional_gids", "net_devices", "intel_rdt")
+
+    def __init__(self, env: list[str] | None = None, device_nodes: list[DeviceNode] | None = None,
+                 mounts: list[Mount] | None = None, hooks: list[Hook] | None = None,
+                 additional_gids: list[int] | None = None, net_devices: list[NetDevice] | None = None,
+                 intel_rdt: IntelRdt | None = None):
+        self.env = list(env or ())
+        self.device_nodes = list(device_nodes or ())
+        self.mounts = list(mounts or ())
+        self.hooks = list(hooks or ())
+        self.additional_gids = list(additional_gids or ())
+        self.net_devices = list(net_devices or ())
+        self.intel_rdt = intel_rdt
+
+    def __eq__(self, other):
+        if not isinstance(other, ContainerEdits):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
+
+    def __repr__(self) -> str:
+        return "ContainerEdits(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__slots__) + ")"
 
     def extend(self, other: ContainerEdits) -> ContainerEdits:
         """Merge ``other`` in, dropping exact repeats and keeping order.
@@ -280,5 +300,5 @@ def _merge(into: list, items: Iterable) -> None:
 
 
 def with_reason(edit, reason: str):
-    """Return ``edit`` with its reason set (edits are frozen)."""
-    return dataclasses.replace(edit, reason=reason)
+    """Return ``edit`` with its reason set (edits are immutable)."""
+    return edit.replace(reason=reason)

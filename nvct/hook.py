@@ -69,11 +69,11 @@ def _prestart(config_path: str | None) -> None:
 
         raise SpecError("OCI state on stdin has no container pid")
     result = realize.legacy(request, config, spec, bundle, pid)
-    log.logger.info("container start", extra={"fields": {
+    log.logger.info("container start", fields={
         "id": state.get("id"), "mode": "legacy-hook", "devices": list(request.devices or ()),
         "capabilities": list(request.capabilities), "nodes": len(result.device_nodes),
         "mounts": len(result.mounts), "ms": round((time.monotonic() - start) * 1000, 1),
-    }})
+    })
 
 
 def _option(argv: list[str], name: str) -> str | None:

@@ -23,7 +23,7 @@ import os
 import stat
 import struct
 import sys
-from dataclasses import dataclass
+from collections import namedtuple
 
 from nvct.errors import CacheError
 
@@ -77,28 +77,20 @@ _ARCHES = {
 }
 
 
-@dataclass(frozen=True, init=False)
-class Entry:
+class Entry(namedtuple("_Entry", "key value flags osversion hwcap", defaults=(0, 0))):
     """One cache line: ``key`` (the SONAME) resolves to ``value`` (a path).
 
     ``hwcap`` is kept raw: bit 62 set means the library lives in a
-    ``glibc-hwcaps`` subdirectory (e.g. ``x86-64-v3``).
+    ``glibc-hwcaps`` subdirectory (e.g. ``x86-64-v3``). A named tuple, because
+    this is built hundreds of times on every container start.
     """
 
+    __slots__ = ()
     key: str
     value: str
     flags: int
-    osversion: int = 0
-    hwcap: int = 0
-
-    def __init__(
-        self, key: str, value: str, flags: int, osversion: int = 0, hwcap: int = 0
-    ) -> None:
-        # The generated frozen __init__ sets each field via object.__setattr__;
-        # one dict update halves the cost, which dominates parse().
-        self.__dict__.update(
-            key=key, value=value, flags=flags, osversion=osversion, hwcap=hwcap
-        )
+    osversion: int
+    hwcap: int
 
     @property
     def arch(self) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
 
 from nvct import ocispec
 from nvct.edits import ContainerEdits, Hook
@@ -27,14 +26,16 @@ if TYPE_CHECKING:
 HOOK_NAME = "nvidia-container-runtime-hook"
 
 
-@dataclass
 class Modification:
     """What the shim did to one spec, for the log line and ``nvct explain``."""
 
-    mode: str
-    why: str
-    edits: ContainerEdits = field(default_factory=ContainerEdits)
-    devices: tuple[str, ...] = ()
+    __slots__ = ("mode", "why", "edits", "devices")
+
+    def __init__(self, mode: str, why: str, edits: ContainerEdits | None = None, devices: tuple[str, ...] = ()):
+        self.mode = mode
+        self.why = why
+        self.edits = edits if edits is not None else ContainerEdits()
+        self.devices = devices
 
 
 def resolve_mode(configured: str, request: Request) -> tuple[str, str]:

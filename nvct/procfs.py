@@ -10,29 +10,32 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from nvct.errors import DriverError
+from nvct.record import Record
 
 _VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)*)")
 _GI_RE = re.compile(r"^gi(\d+)$")
 _CI_RE = re.compile(r"^ci(\d+)$")
 
 
-@dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(Record):
     """One ``gpus/<bus>/information`` file."""
+    __slots__ = ('bus_id', 'model', 'uuid', 'minor', 'excluded')
+    _defaults = {'excluded': False}
+
 
     bus_id: str
     model: str
     uuid: str
     minor: int
-    excluded: bool = False
+    excluded: bool
 
 
-@dataclass(frozen=True)
-class MigInstance:
+class MigInstance(Record):
     """A MIG device as the caps tree shows it: GPU instance + compute instance."""
+    __slots__ = ('gpu_minor', 'gi', 'ci')
+
 
     gpu_minor: int
     gi: int

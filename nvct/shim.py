@@ -49,11 +49,11 @@ def _create(args, config, start: float) -> None:
               config.get("nvidia-container-runtime.debug"), fmt=args.log_format or "text")
     result = modes.modify(spec, request, config)
     ocispec.save(args.bundle, spec)
-    log.logger.info("container start", extra={"fields": {
+    log.logger.info("container start", fields={
         "id": args.container_id, "mode": result.mode, "devices": list(result.devices),
         "capabilities": list(request.capabilities),
         "ms": round((time.monotonic() - start) * 1000, 1),
-    }})
+    })
 
 
 def _fail(args, message: str) -> None:

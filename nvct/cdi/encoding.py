@@ -18,9 +18,11 @@ import functools
 import json
 import os
 import re
-from typing import Any
-
 from nvct.cdi.schema import Invalid
+
+TYPE_CHECKING = False  # typing costs an import on every CDI container start
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMATS = ("yaml", "json")
 #: The extensions CDI runtimes read (podman ignores ``.yml``).

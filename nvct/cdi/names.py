@@ -10,10 +10,8 @@ business. Checks return the reason a name is invalid, or ``None``.
 
 from __future__ import annotations
 
-import string
-
-_ALNUM = frozenset(string.ascii_letters + string.digits)
-_LETTERS = frozenset(string.ascii_letters)
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_ALNUM = _LETTERS | frozenset("0123456789")
 _KIND_INNER = _ALNUM | frozenset("-_.")
 _NAME_INNER = _ALNUM | frozenset("-_.:")
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from nvct.cdi import names
 from nvct.cdi import spec as spec_mod
@@ -30,16 +28,22 @@ from nvct.cdi.spec import Spec
 from nvct.edits import ContainerEdits, DeviceNode
 from nvct.errors import RequestError, SpecError
 
+TYPE_CHECKING = False  # typing costs an import on every CDI container start
+if TYPE_CHECKING:
+    from typing import Iterable, Mapping
+
 #: How many device names an error lists per kind before saying "and N more".
 _LISTED = 8
 
 
-@dataclass(frozen=True)
 class Device:
     """A device of a spec, by its fully-qualified name."""
 
-    spec: Spec
-    name: str
+    __slots__ = ("spec", "name")
+
+    def __init__(self, spec: Spec, name: str):
+        self.spec = spec
+        self.name = name
 
     @property
     def qualified_name(self) -> str:
@@ -71,7 +75,7 @@ class Registry:
         """A registry of in-memory specs (one priority), for generated specs."""
         registry = cls(())
         for s in specs:
-            registry._add(s, 0, {})
+            registry._add(s, {})
         return registry
 
     def device_names(self) -> list[str]:
@@ -114,9 +118,10 @@ class Registry:
 
     # --- scanning ---
     def _scan(self) -> None:
-        for priority, directory in enumerate(self.dirs):
+        for directory in self.dirs:
             try:
-                entries = sorted(os.scandir(directory), key=lambda e: e.name)
+                with os.scandir(directory) as it:
+                    entries = sorted(it, key=lambda e: e.name)
             except FileNotFoundError:
                 self.missing_dirs.append(directory)
                 continue
@@ -133,11 +138,12 @@ class Registry:
                 except SpecError as e:
                     self._invalid(path, _strip_path(str(e), path))
                     continue
-                self._add(spec, priority, claimed)
+                self._add(spec, claimed)
         for name in self.conflicts:
             self.devices.pop(name, None)
 
-    def _add(self, spec: Spec, priority: int, claimed: dict[str, Device]) -> None:
+    def _add(self, spec: Spec, claimed: dict[str, Device]) -> None:
+        """Index ``spec``'s devices; ``claimed`` holds those of its directory so far."""
         self.specs.append(spec)
         for name in spec.devices:
             device = Device(spec, name)
@@ -207,16 +213,15 @@ def _device_node(node: Mapping, where: str) -> DeviceNode:
     major, minor = node.get("major") or 0, node.get("minor") or 0
     file_mode = node.get("fileMode")
     minimal = bool(dtype) and (major != 0 or dtype == "p")
+    prefix = f"{where}: device {path}" if where else f"device {path}"
     try:
-        st = os.lstat(host_path)
-        info = _device_info(st)
+        info = _device_info(os.lstat(host_path))
+        error = "not a device node"
     except OSError as e:
         info, error = None, e.strerror
-    else:
-        error = "not a device node"
     if info is None:
         if not minimal:
-            raise SpecError(f"{where}: device {path}: cannot use host device {host_path}: {error}")
+            raise SpecError(f"{prefix}: cannot use host device {host_path}: {error}")
     else:
         host_type, host_major, host_minor, host_mode = info
         if file_mode is None:
@@ -224,12 +229,12 @@ def _device_node(node: Mapping, where: str) -> DeviceNode:
         if not minimal:
             dtype = dtype or host_type
             if dtype != host_type:
-                raise SpecError(f"{where}: device {path}: type {dtype!r} does not match "
+                raise SpecError(f"{prefix}: type {dtype!r} does not match "
                                 f"host device {host_path} (type {host_type!r})")
             if dtype != "p" and major == 0:
                 major, minor = host_major, host_minor
     return DeviceNode(
-        path=path, major=major, minor=minor, type=dtype or "c",
+        path=path, major=major, minor=minor, type=dtype,
         host_path=node.get("hostPath") or None, file_mode=file_mode,
         uid=node.get("uid"), gid=node.get("gid"), permissions=node.get("permissions") or "",
     )

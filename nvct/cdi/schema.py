@@ -14,24 +14,32 @@ the lowest version for a spec nvct writes, so the two cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
-
 from nvct.cdi import names, version
 from nvct.cdi.version import EARLIEST
+
+TYPE_CHECKING = False  # typing costs an import on every CDI container start
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 
 class Invalid(Exception):
     """A spec breaks a rule; the message says where (``devices[2].name``) and why."""
 
 
-@dataclass(frozen=True)
 class _Field:
-    type: str                       # str int64 uint32 bool strs uint32s map obj objs
-    since: str = EARLIEST           # first version with the field
-    until: str | None = None        # first version without it
-    fields: Mapping[str, _Field] | None = None
-    needs_when_present: bool = False  # pointer-like: needs `since` whenever not null
+    """One field: its type (str int64 uint32 bool strs uint32s map obj objs), the first
+    version with it, the first without it, its sub-fields, and whether it needs
+    ``since`` whenever present (Go pointers) rather than only when set."""
+
+    __slots__ = ("type", "since", "until", "fields", "needs_when_present")
+
+    def __init__(self, type: str, since: str = EARLIEST, until: str | None = None,
+                 fields: Mapping[str, _Field] | None = None, needs_when_present: bool = False):
+        self.type = type
+        self.since = since
+        self.until = until
+        self.fields = fields
+        self.needs_when_present = needs_when_present
 
 
 _NODE = {
@@ -94,11 +102,14 @@ SPEC = {
 }
 
 
-class Need(NamedTuple):
+class Need:
     """A version bound and the field (or name) that sets it."""
 
-    version: str
-    where: str
+    __slots__ = ("version", "where")
+
+    def __init__(self, version: str, where: str):
+        self.version = version
+        self.where = where
 
 
 class _Bounds:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
-from typing import Any, Mapping
 
 from nvct.cdi import encoding, names, schema, version
 from nvct.cdi.schema import Invalid
 from nvct.edits import HOOK_STAGES
 from nvct.errors import SpecError
+
+TYPE_CHECKING = False  # typing costs an import on every CDI container start
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 #: Larger files are refused: a spec directory is read on every CDI container start.
 MAX_SPEC_BYTES = 32 << 20
@@ -26,16 +28,22 @@ MAX_SPEC_BYTES = 32 << 20
 _NODE_TYPES = ("", "b", "c", "u", "p")
 
 
-@dataclass
 class Spec:
     """A valid spec; ``devices`` maps each device name to its raw entry, in file order."""
 
-    path: str
-    raw: dict[str, Any] = field(repr=False)
-    version: str
-    vendor: str
-    cls: str
-    devices: dict[str, dict[str, Any]] = field(repr=False)
+    __slots__ = ("path", "raw", "version", "vendor", "cls", "devices")
+
+    def __init__(self, path: str, raw: dict[str, Any], version: str, vendor: str, cls: str,
+                 devices: dict[str, dict[str, Any]]):
+        self.path = path
+        self.raw = raw
+        self.version = version
+        self.vendor = vendor
+        self.cls = cls
+        self.devices = devices
+
+    def __repr__(self) -> str:
+        return f"Spec({self.path!r}, {self.kind}, cdiVersion {self.version}, {len(self.devices)} devices)"
 
     @property
     def kind(self) -> str:

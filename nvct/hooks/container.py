@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 
 from nvct import ocispec
 from nvct.errors import SpecError
@@ -14,15 +13,16 @@ if TYPE_CHECKING:
     from typing import IO, Any
 
 
-@dataclass
 class HookContext:
     """The container's root and spec, plus what earlier steps of a chain found."""
 
-    rootfs: str
-    bundle: str | None = None
-    pid: int | None = None
-    spec: dict[str, Any] = field(default_factory=dict)
-    extra_folders: list[str] = field(default_factory=list)
+    def __init__(self, rootfs: str, bundle: str | None = None, pid: int | None = None,
+                 spec: dict[str, Any] | None = None):
+        self.rootfs = rootfs
+        self.bundle = bundle
+        self.pid = pid
+        self.spec = spec if spec is not None else {}
+        self.extra_folders: list[str] = []
 
 
 def read_state(stream: IO[str]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ import stat
 import subprocess
 import time
 
-import pytest
 import yaml
 
 from nvct.cdi import spec

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, busybox_image_tar, private_podman  # noqa: F401
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED
 from tests.support.podman import CDI_DIRS, cdi_spec, unique_cdi_vendor
 
 from . import e2e
 
 
 @pytest.fixture(scope="module")
-def podman_cdi(private_podman, node, entry_points):  # noqa: F811
+def podman_cdi(private_podman, node, entry_points):
     """(podman, vendor) with the node's generated spec in /var/run/cdi for the module."""
     vendor = unique_cdi_vendor()
     with cdi_spec(e2e.generate_spec_text(entry_points, node, vendor), directory=CDI_DIRS[1],
@@ -32,7 +32,7 @@ def test_podman_run_with_a_cdi_device(podman_cdi, node, device):
     e2e.assert_container_sees(result.stdout, node, device)
 
 
-def test_podman_reads_a_spec_in_etc_cdi_too(private_podman, node, entry_points):  # noqa: F811
+def test_podman_reads_a_spec_in_etc_cdi_too(private_podman, node, entry_points):
     vendor = unique_cdi_vendor()
     with cdi_spec(e2e.generate_spec_text(entry_points, node, vendor), directory=CDI_DIRS[0], suffix=".yaml"):
         result = private_podman.run(["--rm", "--device", f"{vendor}/gpu=1", BUSYBOX_IMAGE_QUALIFIED,

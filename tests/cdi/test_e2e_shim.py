@@ -12,7 +12,6 @@ import os
 import pytest
 
 from tests.support.bundle import make_bundle
-from tests.support.fixtures import oci_runtime, rootfs  # noqa: F401
 from tests.support.runtimes import run_container
 
 from . import e2e
@@ -32,7 +31,7 @@ def _shim_config(tmp_path, node, spec_dir, runtime: str) -> str:
 
 
 @pytest.fixture
-def shim(tmp_path, node, entry_points, oci_runtime):  # noqa: F811
+def shim(tmp_path, node, entry_points, oci_runtime):
     """(argv of the shim, its environment) with the node's spec in a private spec dir."""
     spec_dir = tmp_path / "cdi"
     spec_dir.mkdir()
@@ -46,7 +45,7 @@ def shim(tmp_path, node, entry_points, oci_runtime):  # noqa: F811
     ("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all", "all"),
     ("NVIDIA_VISIBLE_DEVICES=0:0", "0:0"),  # unqualified: the default kind
 ])
-def test_shim_in_cdi_mode_injects_the_device(shim, rootfs, tmp_path, node, request_env, device):  # noqa: F811
+def test_shim_in_cdi_mode_injects_the_device(shim, rootfs, tmp_path, node, request_env, device):
     argv, env = shim
     bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", e2e.CHECK_SCRIPT], [request_env])
     result = run_container(argv, bundle, env=env, log_file=str(tmp_path / "log.json"), timeout=60)
@@ -54,7 +53,7 @@ def test_shim_in_cdi_mode_injects_the_device(shim, rootfs, tmp_path, node, reque
     e2e.assert_container_sees(result.stdout, node, device)
 
 
-def test_shim_reports_an_undefined_device_in_the_runtime_log(shim, rootfs, tmp_path):  # noqa: F811
+def test_shim_reports_an_undefined_device_in_the_runtime_log(shim, rootfs, tmp_path):
     argv, env = shim
     bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=9"])
     result = run_container(argv, bundle, env=env, log_file=str(tmp_path / "log.json"))

@@ -3,10 +3,12 @@ installed with apt, used to run GPU containers on a simulated node, and purged."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Iterator
 
 import pytest
 
@@ -157,14 +159,14 @@ def _dpkg_state(package: str) -> str:
     return result.stdout.strip() if result.ok and result.stdout.strip() else "not-installed"
 
 
-def _untouchable_state() -> str:
-    """Why installing and purging nvct here would destroy something, or ''."""
+def _skip_if_this_machine_has_nvct_or_the_toolkit() -> None:
+    """Skip where installing and purging nvct would destroy something of this machine's."""
     for package in ("nvct",) + TOOLKIT_PACKAGES:
         if _dpkg_state(package) != "not-installed":
-            return f"{package} is on this machine ({_dpkg_state(package)}): the test would replace or purge it"
+            pytest.skip(f"{package} is on this machine ({_dpkg_state(package)}): "
+                        "the test would replace or purge it")
     if os.path.lexists(os.path.dirname(CONFFILE)):
-        return f"{os.path.dirname(CONFFILE)} exists (the test would change or remove it)"
-    return ""
+        pytest.skip(f"{os.path.dirname(CONFFILE)} exists (the test would change or remove it)")
 
 
 def _simulated_node(directory: Path) -> str:
@@ -199,29 +201,51 @@ def _user_edit(text: str) -> str:
     return text.replace('log-level = "info"', '# debugging node 7\nlog-level = "debug"')
 
 
-@needs_build_tools
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get install, mknod, runc)")
-@pytest.mark.skipif(shutil.which("apt-get", path=SYSTEM_PATH) is None, reason="needs apt-get")
-@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
-@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
-                    reason=f"needs {BUSYBOX} and gcc (the test container's rootfs)")
-def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path):
-    reason = _untouchable_state()
-    if reason:
-        pytest.skip(reason)
+@contextlib.contextmanager
+def _installed(deb) -> Iterator[list[str]]:
+    """``apt-get install`` the .deb, yield ``dpkg -L nvct``; purge it and check
+    that the purge left nothing behind (when the body succeeded)."""
     there_before = {p for p in deb.paths if os.path.lexists(p)}
-    node_config = _simulated_node(tmp_path / "node")
-    legacy_config = tmp_path / "legacy.toml"
-    legacy_config.write_text(Path(node_config).read_text()
-                             + '\n[nvidia-container-runtime]\nmode = "legacy"\n')
-
     files: list[str] = []
+    # stdin is /dev/null: a conffile prompt would fail the install, not hang it.
     install = run([*APT, "install", "--no-install-recommends", str(deb.path)],
                   env=APT_ENV, timeout=300)
     try:
         assert install.ok, install.describe()
         files = [os.path.normpath(p) for p in
                  run(["dpkg", "-L", "nvct"], env=BUILD_ENV).check().stdout.split()]
+        yield files
+    finally:
+        purge = run([*APT, "purge", "nvct"], env=APT_ENV, timeout=300)
+    assert purge.ok, purge.describe()
+    assert _dpkg_state("nvct") == "not-installed"
+    left = sorted(p for p in set(files) | deb.paths if p not in there_before and os.path.lexists(p))
+    assert left == [], f"left behind by apt-get purge nvct: {left}"
+    assert not os.path.lexists(f"{SITE}/nvct")
+    assert not os.path.lexists(os.path.dirname(CONFFILE))
+
+
+def needs_root_and_apt(test):
+    for mark in (
+        needs_build_tools,
+        pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get install, mknod, runc)"),
+        pytest.mark.skipif(shutil.which("apt-get", path=SYSTEM_PATH) is None, reason="needs apt-get"),
+    ):
+        test = mark(test)
+    return test
+
+
+@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
+@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
+                    reason=f"needs {BUSYBOX} and gcc (the test container's rootfs)")
+@needs_root_and_apt
+def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path):
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    node_config = _simulated_node(tmp_path / "node")
+    legacy_config = tmp_path / "legacy.toml"
+    legacy_config.write_text(Path(node_config).read_text()
+                             + '\n[nvidia-container-runtime]\nmode = "legacy"\n')
+    with _installed(deb):
         imported = run(["/usr/bin/python3", "-c", "import nvct; print(nvct.__file__)"],
                        env=BUILD_ENV, cwd="/").check().stdout.strip()
         assert imported == f"{SITE}/nvct/__init__.py"
@@ -240,12 +264,19 @@ def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path)
         run(["dpkg", "-i", str(deb.path)], env=APT_ENV, timeout=300).check()
         assert config.parse_toml(Path(CONFFILE).read_bytes(), CONFFILE) == edited
         assert "# debugging node 7" in Path(CONFFILE).read_text()
+
+
+@needs_root_and_apt
+def test_install_keeps_the_config_the_nvidia_container_toolkit_left(deb):
+    # The reference generates its config.toml instead of shipping it: no package owns it.
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    left_by_toolkit = '[nvidia-container-runtime]\nmode = "legacy"\nruntimes = ["runc"]\n'
+    os.makedirs(os.path.dirname(CONFFILE))
+    try:
+        Path(CONFFILE).write_text(left_by_toolkit)
+        with _installed(deb):
+            assert Path(CONFFILE).read_text() == left_by_toolkit
+            assert os.listdir(os.path.dirname(CONFFILE)) == ["config.toml"]
     finally:
-        purge = run([*APT, "purge", "nvct"], env=APT_ENV, timeout=300)
-    assert purge.ok, purge.describe()
-    assert _dpkg_state("nvct") == "not-installed"
-    left = sorted(p for p in set(files) | deb.paths if p not in there_before and os.path.lexists(p))
-    assert left == [], f"left behind by apt-get purge nvct: {left}"
-    assert not os.path.lexists(f"{SITE}/nvct")
-    assert not os.path.lexists(os.path.dirname(CONFFILE))
+        shutil.rmtree(os.path.dirname(CONFFILE), ignore_errors=True)
 
