@@ -11,6 +11,7 @@ import re
 
 from nvct.driver import Driver, Gpu, MigDevice
 from nvct.errors import RequestError
+from nvct.log import logger
 from nvct.record import Record
 
 _BUS_RE = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
@@ -50,6 +51,7 @@ def select(ids: tuple[str, ...], driver: Driver, *, default_kind: str = "nvidia.
         found = _find(ident, driver)
         if found is None:
             raise RequestError(f"{what}: unknown device {raw!r} ({_describe(driver)})")
+        logger.debug("%s: %r is %s", what, raw, _name(found))
         if isinstance(found, Gpu):
             _add(gpus, found)
         else:
@@ -106,6 +108,13 @@ def _normalize_bus_id(ident: str) -> str | None:
         return None
     domain = int(m.group(1) or "0", 16)
     return f"{domain:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
+
+
+def _name(found) -> str:
+    if isinstance(found, Gpu):
+        return f"GPU {found.index} ({found.uuid}, /dev/nvidia{found.minor})"
+    gpu, mig = found
+    return f"MIG device {mig.name} of GPU {gpu.index} (GI {mig.gi}, CI {mig.ci})"
 
 
 def _add(items: list, item) -> None:

@@ -20,6 +20,7 @@ import stat
 
 from nvct import procfs
 from nvct.errors import DriverError
+from nvct.log import logger
 from nvct.record import Record
 
 NVIDIA_MAJOR = 195
@@ -165,15 +166,22 @@ class Driver:
     # --- the kernel module ---
     @functools.cached_property
     def version(self) -> str:
-        return procfs.driver_version(self.proc_root)
+        version = procfs.driver_version(self.proc_root)
+        logger.debug("driver version %s (read %s/driver/nvidia/version)", version, self.proc_root)
+        return version
 
     @functools.cached_property
     def majors(self) -> dict[str, int]:
-        return procfs.char_majors(self.proc_root)
+        majors = procfs.char_majors(self.proc_root)
+        logger.debug("read %s/devices: nvidia majors %s", self.proc_root,
+                     {k: v for k, v in majors.items() if k.startswith("nvidia")})
+        return majors
 
     @functools.cached_property
     def gpus(self) -> tuple[Gpu, ...]:
         infos = [g for g in procfs.gpus(self.proc_root) if not g.excluded]
+        logger.debug("read %s/driver/nvidia/gpus/*/information: %d GPU(s) %s", self.proc_root, len(infos),
+                     " ".join(f"{g.bus_id}={g.uuid}" for g in infos))
         minors = None
         out = []
         for index, info in enumerate(infos):
@@ -189,6 +197,9 @@ class Driver:
                     migs.append(MigDevice(index, i, inst.gi, inst.ci, gi_minor,
                                           minors.get(ci_key, gi_minor + 1 + inst.ci)))
             out.append(Gpu(index, info.minor, info.uuid, info.bus_id, info.model, tuple(migs)))
+            if migs:
+                logger.debug("read %s/driver/nvidia/capabilities/gpu%d/mig: %d MIG device(s)",
+                             self.proc_root, info.minor, len(migs))
         return tuple(out)
 
     # --- device nodes ---
@@ -254,11 +265,22 @@ class Driver:
         return Node(path, major, minor, host, mode)
 
     # --- files under the driver root ---
+    @property
+    def ldcache_path(self) -> str:
+        """The ld.so.cache that libraries are found through, as seen from the host."""
+        return self.host_path(self._ldcache)
+
+    def cache_entries(self) -> list:
+        """Every entry of that cache (read once)."""
+        return self._cache_entries
+
     @functools.cached_property
     def _cache_entries(self):
         from nvct import ldcache
 
-        return ldcache.load(self.host_path(self._ldcache))
+        entries = ldcache.load(self.ldcache_path)
+        logger.debug("read %s: %d entries", self.ldcache_path, len(entries))
+        return entries
 
     @functools.cached_property
     def all_libraries(self) -> tuple[Library, ...]:
@@ -273,6 +295,10 @@ class Driver:
                 continue
             real = resolve_in_root(self.driver_root, entry.value)
             if real is None or real in seen or not real.endswith("." + version):
+                if real not in seen:
+                    logger.debug("skipping %s => %s (%s): %s", entry.key, entry.value, entry.arch,
+                                 "missing under the driver root" if real is None
+                                 else f"{real} is not of driver {version}")
                 continue
             seen.add(real)
             out.append(Library(real, entry.key, capability, entry.arch))
@@ -340,6 +366,7 @@ class Driver:
         path = nvml.find_library(self.driver_root, self._cache_entries)
         if path is None:
             raise DriverError(f"{self.driver_root}: libnvidia-ml.so.1 not found")
+        logger.debug("loading NVML from %s", path)
         return nvml.Nvml(path)
 
     @functools.cached_property

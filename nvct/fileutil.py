@@ -11,16 +11,15 @@ import stat
 
 
 def write_atomic(path: str, data: bytes | str, *, mode: int | None = None,
-                 backup: str | None = None) -> None:
+                 backup: str | None = None, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically.
 
     The new file keeps the old file's mode (or ``mode``, or 0644). When
     ``backup`` is given and ``path`` exists, the old content is copied there
     first (only once: an existing backup is the original and is kept).
+    ``durable=False`` skips fsync, for files nobody needs after a crash (an
+    OCI bundle's config.json).
     """
-    import shutil
-    import tempfile
-
     if isinstance(data, str):
         data = data.encode("utf-8")
     directory = os.path.dirname(os.path.abspath(path))
@@ -31,13 +30,17 @@ def write_atomic(path: str, data: bytes | str, *, mode: int | None = None,
         st = None
         keep_mode = 0o644
     if backup and st is not None and not os.path.exists(backup):
+        import shutil
+
         shutil.copy2(path, backup)
-    fd, tmp = tempfile.mkstemp(prefix=".nvct-", dir=directory)
+    tmp = os.path.join(directory, f".nvct-{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, keep_mode if mode is None else mode)
         if st is not None:
             try:

@@ -11,13 +11,14 @@ as the reference chooses them.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 from nvct.devices import Selection, select
 from nvct.driver import Driver, Gpu, MigDevice, Node
 from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
 from nvct.errors import NvctError, RequestError
+from nvct.log import logger
+from nvct.lowlevel import which
 from nvct.request import Request
 
 RO_MOUNT = ("ro", "nosuid", "nodev", "rbind", "rprivate")
@@ -53,6 +54,8 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     for feature in sorted(request.features):
         edits.extend(gated_edits(driver, feature))
     edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config)))
+    logger.debug("edits for %r: %d device node(s), %d mount(s), %d hook(s)", request,
+                 len(edits.device_nodes), len(edits.mounts), len(edits.hooks))
     return edits
 
 
@@ -198,7 +201,7 @@ def hook_executable(config) -> str:
     configured = config.get("nvct.path")
     if configured:
         if not os.path.isabs(configured):
-            found = shutil.which(configured)
+            found = which(configured)
             if not found:
                 raise NvctError(f"nvct.path: {configured!r} not found on PATH")
             return found
@@ -209,7 +212,7 @@ def hook_executable(config) -> str:
     beside_python = os.path.join(os.path.dirname(sys.executable), "nvct")
     if os.path.isfile(beside_python):
         return beside_python
-    found = shutil.which("nvct")
+    found = which("nvct")
     if found:
         return os.path.abspath(found)
     raise NvctError("cannot find the nvct executable for in-container hooks; set nvct.path in the config")

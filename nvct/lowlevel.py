@@ -16,7 +16,7 @@ def find(names: list[str]) -> str:
     """
     own = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else None
     for name in names:
-        path = name if os.path.isabs(name) else _which(name)
+        path = name if os.path.isabs(name) else which(name)
         if path and os.path.isfile(path) and os.access(path, os.X_OK) and os.path.realpath(path) != own:
             return path
     raise ConfigError(
@@ -29,8 +29,8 @@ def execv(path: str, argv: list[str]) -> None:
     os.execv(path, [path] + list(argv))
 
 
-def _which(name: str) -> str | None:
-    # shutil.which would cost an import of shutil on every container start.
+def which(name: str) -> str | None:
+    """PATH lookup (shutil.which would cost an import of shutil on every container start)."""
     for directory in _search_path().split(os.pathsep):
         path = os.path.join(directory or ".", name)
         if os.path.isfile(path) and os.access(path, os.X_OK):

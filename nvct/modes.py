@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 from nvct import ocispec
 from nvct.edits import ContainerEdits, Hook
 from nvct.errors import NvctError
+from nvct.lowlevel import which
 from nvct.request import VISIBLE_DEVICES, Request
 
 TYPE_CHECKING = False  # typing costs an import on every container start
@@ -52,6 +52,9 @@ def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
 def modify(spec: dict[str, Any], request: Request, config, *, driver=None) -> Modification:
     """Change ``spec`` in place for ``request``; the caller saves it."""
     mode, why = resolve_mode(config.mode, request)
+    from nvct.log import logger
+
+    logger.debug("request %r; mode %s: %s", request, mode, why)
     if mode == "legacy":
         return _legacy(spec, config, why)
     if mode == "cdi":
@@ -96,7 +99,7 @@ def legacy_hook_path(config) -> str:
     beside = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or "")), configured)
     if os.path.isfile(beside) and os.access(beside, os.X_OK):
         return beside
-    found = shutil.which(configured)
+    found = which(configured)
     if found:
         return os.path.abspath(found)
     return os.path.join("/usr/bin", configured)

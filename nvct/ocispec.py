@@ -45,7 +45,7 @@ def load(bundle: str) -> dict[str, Any]:
 def save(bundle: str, spec: dict[str, Any]) -> None:
     from nvct.fileutil import write_atomic
 
-    write_atomic(config_path(bundle), json.dumps(spec, separators=(",", ":")))
+    write_atomic(config_path(bundle), json.dumps(spec, separators=(",", ":")), durable=False)
 
 
 def rootfs(spec: dict[str, Any], bundle: str) -> str:

@@ -163,7 +163,7 @@ class Registry:
     # --- the error for names nobody defines ---
     def _unresolved_message(self, unresolved: list[str]) -> str:
         noun = "device" if len(unresolved) == 1 else "devices"
-        parts = [f"unresolvable CDI {noun} {', '.join(unresolved)}"]
+        parts = [f"unresolvable CDI {noun} {_some(unresolved)}"]
         looked = ", ".join(d + (" (missing)" if d in self.missing_dirs else "") for d in self.dirs)
         parts.append(f"looked in {looked or 'no directories'}")
         conflicting = [n for n in unresolved if n in self.conflicts]
@@ -175,9 +175,7 @@ class Registry:
         if by_kind:
             kinds = []
             for kind in sorted(by_kind):
-                listed = sorted(by_kind[kind])
-                more = f", and {len(listed) - _LISTED} more" if len(listed) > _LISTED else ""
-                kinds.append(f"{kind}: {', '.join(listed[:_LISTED])}{more}")
+                kinds.append(f"{kind}: {_some(sorted(by_kind[kind]))}")
             parts.append("found " + "; ".join(kinds))
         else:
             parts.append("found no devices")
@@ -188,6 +186,11 @@ class Registry:
     def _invalid(self, path: str, reason: str) -> None:
         self.invalid[path] = reason
         self.errors.setdefault(path, []).append(reason)
+
+
+def _some(items: list[str]) -> str:
+    more = f", and {len(items) - _LISTED} more" if len(items) > _LISTED else ""
+    return ", ".join(items[:_LISTED]) + more
 
 
 def container_edits(raw: Mapping, where: str = "") -> ContainerEdits:

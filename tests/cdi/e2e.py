@@ -48,16 +48,18 @@ def expected(node: dict, device: str) -> tuple[set[str], set[str]]:
     return nodes, uuids
 
 
-def assert_container_sees(stdout: str, node: dict, device: str) -> None:
-    found = sections(stdout)
+def assert_container_sees(result, node: dict, device: str) -> None:
+    """``result`` (a tests.support Result) of CHECK_SCRIPT shows exactly ``device``."""
+    assert result.ok, result.describe()
+    found = sections(result.stdout)
     nodes, uuids = expected(node, device)
-    assert set(found.get("nodes", [])) == nodes, stdout
+    assert set(found.get("nodes", [])) == nodes, result.describe()
     probe = found.get("probe", [])
-    assert "probe-rc=0" in probe, stdout
+    assert "probe-rc=0" in probe, result.describe()
     for soname in ("libcuda.so.1", "libnvidia-ml.so.1"):
-        assert f"ok {soname} /usr/lib/x86_64-linux-gnu/{soname}" in probe, stdout
+        assert f"ok {soname} /usr/lib/x86_64-linux-gnu/{soname}" in probe, result.describe()
     listed = {line.rsplit("(UUID: ", 1)[1].rstrip(")") for line in found.get("smi", []) if "(UUID: " in line}
-    assert listed == uuids, stdout
+    assert listed == uuids, result.describe()
 
 
 def generate_spec_text(entry_points: dict, node: dict, vendor: str = "nvidia.com") -> str:

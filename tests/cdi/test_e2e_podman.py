@@ -28,8 +28,7 @@ def test_podman_run_with_a_cdi_device(podman_cdi, node, device):
     podman, vendor = podman_cdi
     result = podman.run(["--rm", "--device", f"{vendor}/gpu={device}", BUSYBOX_IMAGE_QUALIFIED,
                          "sh", "-c", e2e.CHECK_SCRIPT])
-    assert result.ok, result.describe()
-    e2e.assert_container_sees(result.stdout, node, device)
+    e2e.assert_container_sees(result, node, device)
 
 
 def test_podman_reads_a_spec_in_etc_cdi_too(private_podman, node, entry_points):
@@ -37,5 +36,4 @@ def test_podman_reads_a_spec_in_etc_cdi_too(private_podman, node, entry_points):
     with cdi_spec(e2e.generate_spec_text(entry_points, node, vendor), directory=CDI_DIRS[0], suffix=".yaml"):
         result = private_podman.run(["--rm", "--device", f"{vendor}/gpu=1", BUSYBOX_IMAGE_QUALIFIED,
                                      "sh", "-c", e2e.CHECK_SCRIPT])
-    assert result.ok, result.describe()
-    e2e.assert_container_sees(result.stdout, node, "1")
+    e2e.assert_container_sees(result, node, "1")

@@ -49,8 +49,7 @@ def test_shim_in_cdi_mode_injects_the_device(shim, rootfs, tmp_path, node, reque
     argv, env = shim
     bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", e2e.CHECK_SCRIPT], [request_env])
     result = run_container(argv, bundle, env=env, log_file=str(tmp_path / "log.json"), timeout=60)
-    assert result.ok, result.describe()
-    e2e.assert_container_sees(result.stdout, node, device)
+    e2e.assert_container_sees(result, node, device)
 
 
 def test_shim_reports_an_undefined_device_in_the_runtime_log(shim, rootfs, tmp_path):

@@ -112,6 +112,11 @@ def test_unresolvable_names_make_one_error_saying_where_and_what(tmp_path):
         f"quotes: line 1 column 2 (char 1))")
 
 
+def test_a_long_request_is_listed_briefly(tmp_path):
+    with pytest.raises(RequestError, match=r"^unresolvable CDI devices a.com/b=0, .*a.com/b=7, and 92 more; "):
+        Registry([tmp_path]).resolve([f"a.com/b={i}" for i in range(100)])
+
+
 def test_no_spec_at_all(tmp_path):
     with pytest.raises(RequestError, match=r"looked in .*/none \(missing\); found no devices$"):
         Registry([tmp_path / "none"]).resolve(["nvidia.com/gpu=0"])

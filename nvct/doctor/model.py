@@ -1,0 +1,179 @@
+"""What every check shares: the finding it returns, the options, and the node's facts.
+
+A check is a function ``check(ctx) -> Iterable[Finding]``. It only reads:
+the doctor changes nothing, so a fix is always text for the operator to run.
+Facts several checks need (the config, the driver, the ld cache) are read
+once, here, and a fact that cannot be read is remembered as its error so
+each check can say it was skipped and why.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+
+from nvct.errors import NvctError
+
+OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
+STATUSES = (OK, INFO, WARN, FAIL)
+
+#: The PATH systemd gives services: dockerd's, when no dockerd runs to ask.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the report: ``seen`` is what was found, ``fix`` what to run or change."""
+
+    id: str
+    status: str
+    seen: str
+    fix: str = ""
+
+    def to_json(self) -> dict:
+        out = {"id": self.id, "status": self.status, "seen": self.seen}
+        if self.fix:
+            out["fix"] = self.fix
+        return out
+
+
+def ok(id: str, seen: str) -> Finding:
+    return Finding(id, OK, seen)
+
+
+def info(id: str, seen: str, fix: str = "") -> Finding:
+    return Finding(id, INFO, seen, fix)
+
+
+def warn(id: str, seen: str, fix: str) -> Finding:
+    return Finding(id, WARN, seen, fix)
+
+
+def fail(id: str, seen: str, fix: str) -> Finding:
+    return Finding(id, FAIL, seen, fix)
+
+
+@dataclass
+class Options:
+    """What to look at; the defaults are where a stock node keeps each file."""
+
+    config_path: str | None = None
+    deep: bool = False
+    docker_config: str = "/etc/docker/daemon.json"
+    docker_socket: str = "/var/run/docker.sock"
+    docker_pidfile: str = "/var/run/docker.pid"
+    containerd_config: str = "/etc/containerd/config.toml"
+    crio_dir: str = "/etc/crio/crio.conf.d"
+    #: CDI spec directories; empty: the config's ``spec-dirs``.
+    cdi_dirs: tuple[str, ...] = ()
+    #: dockerd's PATH when no running dockerd can be asked.
+    default_path: str = DEFAULT_PATH
+    env: dict = field(default_factory=lambda: dict(os.environ))
+
+
+class Context:
+    """The node as the checks see it; each fact is read on first use."""
+
+    def __init__(self, options: Options):
+        self.options = options
+
+    # --- nvct's config ---
+    @functools.cached_property
+    def _config(self):
+        from nvct import config
+
+        try:
+            return config.load(self.options.config_path, env=self.options.env), None
+        except NvctError as e:
+            return None, str(e)
+
+    @property
+    def config(self):
+        """The loaded config, or None when it does not load (see ``config_error``)."""
+        return self._config[0]
+
+    @property
+    def config_error(self) -> str | None:
+        return self._config[1]
+
+    @property
+    def config_file(self) -> str:
+        """The file nvct reads (which may not exist)."""
+        from nvct import config
+
+        return self.options.config_path or config.default_path(self.options.env)
+
+    def set_command(self, key: str, value: str) -> str:
+        """The ``nvct config`` command that sets ``key`` in the file nvct reads."""
+        return f"nvct config -c {self.config_file} --set {key}={value} -i"
+
+    # --- the driver ---
+    @functools.cached_property
+    def driver(self):
+        from nvct.driver import Driver
+
+        return Driver.from_config(self.config) if self.config is not None else None
+
+    @functools.cached_property
+    def _version(self):
+        if self.driver is None:
+            return None, "nvct's config does not load"
+        try:
+            return self.driver.version, None
+        except NvctError as e:
+            return None, str(e)
+
+    @property
+    def version(self) -> str | None:
+        """The kernel module's version, or None (``version_error`` says why)."""
+        return self._version[0]
+
+    @property
+    def version_error(self) -> str | None:
+        return self._version[1]
+
+    @functools.cached_property
+    def _gpus(self):
+        if self.version is None:
+            return None, self.version_error
+        try:
+            return self.driver.gpus, None
+        except NvctError as e:
+            return None, str(e)
+
+    @property
+    def gpus(self):
+        """GPUs from procfs, or None when they cannot be read (``gpus_error``)."""
+        return self._gpus[0]
+
+    @property
+    def gpus_error(self) -> str | None:
+        return self._gpus[1]
+
+    @functools.cached_property
+    def _ldcache(self):
+        if self.driver is None:
+            return None, "nvct's config does not load"
+        try:
+            return self.driver.cache_entries(), None
+        except (NvctError, OSError) as e:
+            return None, str(e)
+
+    @property
+    def ldcache(self):
+        """The driver root's ld.so.cache entries, or None (``ldcache_error``)."""
+        return self._ldcache[0]
+
+    @property
+    def ldcache_error(self) -> str | None:
+        return self._ldcache[1]
+
+    def skipped(self, id: str, why: str) -> Finding:
+        return info(id, f"not checked: {why}")
+
+
+def shell_join(argv) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(a) for a in argv)
