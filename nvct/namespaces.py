@@ -13,23 +13,26 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import Any, Callable, Iterator, NamedTuple
+from collections import namedtuple
 
 from nvct.errors import ContainerError, NvctError
 from nvct.rootfs import MS_PRIVATE, MS_REC, mount
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS = 0x00020000
 
 
-class MountInfo(NamedTuple):
-    """One line of /proc/<pid>/mountinfo."""
+class MountInfo(namedtuple("_MountInfo", "mount_point root fstype source super_options")):
+    """One line of /proc/<pid>/mountinfo (a plain named tuple: typing costs ~3 ms per hook start).
 
-    mount_point: str
-    root: str  # the path inside its filesystem that is mounted there
-    fstype: str
-    source: str
-    super_options: tuple[str, ...]
+    ``root`` is the path inside its filesystem that is mounted at ``mount_point``.
+    """
+
+    __slots__ = ()
 
 
 def mounts(pid: int | str = "self") -> Iterator[MountInfo]:

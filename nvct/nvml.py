@@ -104,6 +104,11 @@ class Nvml:
         self._call("nvmlDeviceGetBrand", handle, ctypes.byref(v))
         return _BRANDS.get(v.value, "unknown")
 
+    def persistence_mode(self, handle) -> bool:
+        v = ctypes.c_int()
+        self._call("nvmlDeviceGetPersistenceMode", handle, ctypes.byref(v))
+        return v.value == 1
+
     def architecture(self, handle) -> str:
         v = ctypes.c_uint()
         self._call("nvmlDeviceGetArchitecture", handle, ctypes.byref(v))

@@ -21,7 +21,6 @@ spec is readable by runtimes that know only CDI 0.5.0 (podman 4.3).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Sequence
 
 from nvct import devices, injection
 from nvct.cdi import names, schema
@@ -30,6 +29,10 @@ from nvct.config import ALL_CAPABILITIES
 from nvct.driver import Driver, Gpu, MigDevice, Node
 from nvct.edits import ContainerEdits, DeviceNode
 from nvct.errors import DriverError, NvctError, RequestError
+
+TYPE_CHECKING = False  # typing costs an import
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Sequence
 
 STRATEGIES = ("index", "uuid", "type-index")
 DEFAULT_STRATEGIES = ("index", "uuid")

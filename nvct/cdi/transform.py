@@ -14,7 +14,10 @@ does not match ``/driver-old``), as in the reference.
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Callable
+
+TYPE_CHECKING = False  # typing costs an import
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 RELATIVE_TO = ("host", "container")
 _IN_CONTAINER_HOOKS = ("createContainer", "startContainer")

@@ -1,0 +1,198 @@
+"""Device nodes: majors from /proc/devices, the nodes under the dev root, their
+modes, their /dev/char links, and (with --deep) persistence mode."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from nvct.doctor.model import Context, fail, info, ok, warn
+from nvct.driver import NVIDIA_MAJOR
+from nvct.errors import NvctError
+
+_CHAR_LINKS_FIX = "nvct system create-dev-char-symlinks --create-all"
+
+
+def check_majors(ctx: Context):
+    if ctx.version is None:
+        yield ctx.skipped("devices.majors", "no kernel module (see driver.module)")
+        return
+    try:
+        majors = ctx.driver.majors
+    except NvctError as e:
+        yield fail("devices.majors", str(e), "reload the module: modprobe nvidia")
+        return
+    where = f"{ctx.driver.proc_root}/devices"
+    main = majors.get("nvidia", majors.get("nvidia-frontend"))
+    if main is None:
+        yield fail("devices.majors", f"{where} lists no 'nvidia' character device", "modprobe nvidia")
+        return
+    if main != NVIDIA_MAJOR:
+        yield fail("devices.majors", f"{where}: nvidia has major {main}, not {NVIDIA_MAJOR}",
+                   "reinstall the NVIDIA driver: its module must register major 195")
+        return
+    if "nvidia-uvm" not in majors:
+        yield warn("devices.majors", f"{where} lists no nvidia-uvm: CUDA cannot start in containers",
+                   "modprobe nvidia-uvm")
+        return
+    if any(g.migs for g in ctx.gpus or ()) and "nvidia-caps" not in majors:
+        yield fail("devices.majors", f"{where} lists no nvidia-caps, but MIG devices exist",
+                   "reload the module: modprobe -r nvidia_uvm nvidia && modprobe nvidia nvidia-uvm")
+        return
+    shown = ", ".join(f"{name} {majors[name]}" for name in sorted(majors) if name.startswith("nvidia"))
+    yield ok("devices.majors", f"{where}: {shown}")
+
+
+def expected_nodes(ctx: Context) -> list:
+    """Every node a container may be given: control, uvm, GPUs, MIG access caps."""
+    driver = ctx.driver
+    nodes = list(driver.control_nodes())
+    nodes += [driver.gpu_node(g) for g in ctx.gpus or ()]
+    if "nvidia-caps" in driver.majors:
+        for gpu in ctx.gpus or ():
+            for mig in gpu.migs:
+                nodes += [driver.cap_node(mig.gi_cap_minor), driver.cap_node(mig.ci_cap_minor)]
+    return nodes
+
+
+def check_nodes(ctx: Context):
+    nodes = _nodes_or_skip(ctx)
+    if nodes is None:
+        yield ctx.skipped("devices.nodes", "no kernel module or no device majors (see driver.module)")
+        return
+    missing, wrong = [], []
+    for node in nodes:
+        try:
+            st = os.lstat(node.host_path)
+        except FileNotFoundError:
+            missing.append(node)
+            continue
+        if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (node.major, node.minor):
+            wrong.append((node, _describe(st)))
+    root = ctx.driver.dev_root
+    if missing:
+        yield fail("devices.nodes",
+                   f"{len(missing)} of {len(nodes)} device nodes missing under {root}: "
+                   f"{', '.join(n.path for n in missing)} (containers get no GPU)",
+                   _mknod_commands(missing))
+    for node, seen in wrong:
+        yield fail("devices.nodes", f"{node.host_path} is {seen}, expected c {node.major}:{node.minor}",
+                   f"rm {node.host_path} && " + _mknod_commands([node]))
+    if not missing and not wrong:
+        yield ok("devices.nodes", f"{len(nodes)} device nodes under {root} with the right majors and minors "
+                 f"({', '.join(os.path.basename(n.path) for n in nodes[:4])}{', ...' if len(nodes) > 4 else ''})")
+
+
+def check_modes(ctx: Context):
+    nodes = _nodes_or_skip(ctx)
+    if nodes is None:
+        yield ctx.skipped("devices.modes", "no device nodes (see devices.nodes)")
+        return
+    bad = []
+    for node in nodes:
+        try:
+            mode = stat.S_IMODE(os.stat(node.host_path).st_mode)
+        except OSError:
+            continue
+        need = 0o004 if "/nvidia-caps/" in node.path else 0o006
+        if mode & need != need:
+            bad.append((node, mode, need))
+    for node, mode, need in bad:
+        want = "0444" if need == 0o004 else "0666"
+        yield warn("devices.modes",
+                   f"{node.host_path} has mode {mode:04o}: non-root container users cannot open it "
+                   f"(containers get the host's mode)",
+                   f"chmod {want} {node.host_path} (and NVreg_DeviceFileMode=0666 in /etc/modprobe.d to keep it)")
+    if not bad:
+        yield ok("devices.modes", "every device node is open to non-root container users (0666, caps 0444)")
+
+
+def check_char_links(ctx: Context):
+    """/dev/char/M:m links: systemd resolves DeviceAllow= through them on daemon-reload."""
+    nodes = _nodes_or_skip(ctx)
+    if nodes is None:
+        yield ctx.skipped("devices.char-links", "no device nodes (see devices.nodes)")
+        return
+    char_dir = ctx.driver.dev_host_path("/dev/char")
+    absent = [n for n in nodes if os.path.exists(n.host_path) and not _links_to(char_dir, n, ctx.driver.dev_root)]
+    fix = _CHAR_LINKS_FIX
+    if ctx.driver.dev_root not in ("", "/"):
+        fix += f" --dev-char-path {char_dir}"
+    if absent:
+        yield warn("devices.char-links",
+                   f"no {char_dir}/M:m link for {', '.join(f'{n.major}:{n.minor}' for n in absent)}: "
+                   f"after 'systemctl daemon-reload' running GPU containers lose their devices "
+                   f"(\"Failed to initialize NVML: Unknown Error\")", fix)
+    else:
+        yield ok("devices.char-links", f"{char_dir} links every NVIDIA device node")
+
+
+def check_persistence(ctx: Context):
+    if ctx.version is None or not ctx.gpus:
+        yield ctx.skipped("devices.persistence", "no GPUs (see driver.gpus)")
+        return
+    if not ctx.options.deep:
+        socket = ctx.driver.host_path("/run/nvidia-persistenced/socket")
+        daemon = "nvidia-persistenced's socket is present" if os.path.exists(socket) else \
+            "no nvidia-persistenced socket"
+        yield info("devices.persistence", f"persistence mode not queried ({daemon}); --deep asks NVML per GPU")
+        return
+    try:
+        with ctx.driver.nvml() as nvml:
+            off = [g.index for g in ctx.gpus if not nvml.persistence_mode(nvml.handle_by_uuid(g.uuid))]
+    except NvctError as e:
+        yield info("devices.persistence", f"persistence mode unknown: {e}")
+        return
+    if off:
+        yield warn("devices.persistence",
+                   f"persistence mode is off on GPU(s) {', '.join(map(str, off))}: each container start "
+                   f"may wait seconds for the GPU to initialize",
+                   "systemctl enable --now nvidia-persistenced (or: nvidia-smi -pm 1)")
+    else:
+        yield ok("devices.persistence", f"persistence mode is on for all {len(ctx.gpus)} GPU(s)")
+
+
+def _nodes_or_skip(ctx: Context):
+    if ctx.version is None or ctx.gpus is None:
+        return None
+    try:
+        return expected_nodes(ctx)
+    except NvctError:
+        return None
+
+
+def _links_to(char_dir: str, node, dev_root: str) -> bool:
+    link = os.path.join(char_dir, f"{node.major}:{node.minor}")
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return False
+    if os.path.isabs(target):
+        target = os.path.join(dev_root, target.lstrip("/")) if dev_root not in ("", "/") else target
+    else:
+        target = os.path.join(char_dir, target)
+    return os.path.normpath(target) == os.path.normpath(node.host_path)
+
+
+def _describe(st: os.stat_result) -> str:
+    if stat.S_ISCHR(st.st_mode):
+        return f"c {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    if stat.S_ISBLK(st.st_mode):
+        return f"b {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink"
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory"
+    return "a regular file" if stat.S_ISREG(st.st_mode) else "not a device"
+
+
+def _mknod_commands(nodes) -> str:
+    dirs = sorted({os.path.dirname(n.host_path) for n in nodes})
+    parts = [f"mkdir -p {' '.join(dirs)}"] if any("/nvidia-caps" in d for d in dirs) else []
+    for n in nodes:
+        mode = n.file_mode if n.file_mode is not None else 0o666
+        parts.append(f"mknod -m {mode:o} {n.host_path} c {n.major} {n.minor}")
+    return " && ".join(parts)
+
+
+CHECKS = (check_majors, check_nodes, check_modes, check_char_links, check_persistence)

@@ -1,0 +1,182 @@
+"""Driver libraries: each one the ld cache lists must be of the kernel module's version.
+
+nvct (like libnvidia-container) silently leaves out a cache entry whose file
+is of another driver version, so a half-upgraded node gives containers no
+libcuda -- these checks say so, and which file is at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from nvct.doctor.model import Context, fail, info, ok, warn
+from nvct.driver import LIBRARIES, resolve_in_root
+
+_LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
+_VERSION_RE = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
+_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib/x86_64-linux-gnu", "/lib64", "/usr/lib",
+             "/usr/lib/i386-linux-gnu", "/usr/lib32", "/lib/i386-linux-gnu")
+
+#: Libraries without which nothing works, and the error a container shows then.
+REQUIRED = {
+    "libnvidia-ml.so.1": ("libraries.nvml", "utility",
+                          "containers fail with \"load library failed: libnvidia-ml.so.1: cannot open "
+                          "shared object file\" and nvidia-smi finds no NVML"),
+    "libcuda.so.1": ("libraries.cuda", "compute", "CUDA applications in containers find no libcuda.so.1"),
+}
+
+
+class _Lib:
+    """One cache entry of a driver library, resolved under the driver root."""
+
+    def __init__(self, entry, real: str | None, capability: str):
+        self.key = entry.key
+        self.link = entry.value
+        self.arch = entry.arch
+        self.real = real
+        self.capability = "compat32" if entry.arch == "i386" else capability
+        match = _VERSION_RE.search(real or "")
+        self.version = match.group(1) if match else None
+
+
+def _scan(ctx: Context) -> list[_Lib]:
+    out = []
+    for entry in ctx.ldcache:
+        capability = _LIBRARY_CAPABILITY.get(entry.key.split(".so", 1)[0] + ".so")
+        if capability is None or entry.arch not in ("x86_64", "i386"):
+            continue
+        out.append(_Lib(entry, resolve_in_root(ctx.driver.driver_root, entry.value), capability))
+    return out
+
+
+def _ldconfig(ctx: Context) -> str:
+    root = ctx.driver.driver_root
+    return "ldconfig" if root in ("", "/") else f"ldconfig -r {root}"
+
+
+def check_ldcache(ctx: Context):
+    if ctx.driver is None:
+        yield ctx.skipped("libraries.ldcache", "nvct's config does not load (see config.file)")
+        return
+    if ctx.ldcache is None:
+        yield fail("libraries.ldcache", ctx.ldcache_error, _ldconfig(ctx))
+        return
+    libs = _scan(ctx)
+    yield ok("libraries.ldcache", f"{ctx.driver.ldcache_path}: {len(ctx.ldcache)} entries, "
+             f"{len({lib.real for lib in libs if lib.real})} NVIDIA driver libraries")
+
+
+def check_versions(ctx: Context):
+    """One finding per capability; one for the whole driver when none matches the module."""
+    if ctx.ldcache is None or ctx.version is None:
+        yield ctx.skipped("libraries.versions", "no ld cache or no driver version (see above)")
+        return
+    libs = _scan(ctx)
+    version = ctx.version
+    if libs and not any(lib.version == version for lib in libs):
+        found = sorted({lib.version for lib in libs if lib.version})
+        yield fail("libraries.versions",
+                   f"every driver library in {ctx.driver.ldcache_path} is {', '.join(found) or 'unversioned'}, "
+                   f"the kernel module is {version}: the driver was changed without reloading the module",
+                   f"reboot (or unload and reload the module: rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia "
+                   f"&& modprobe nvidia nvidia-uvm); or reinstall driver {version}'s libraries")
+        return
+    for capability in list(LIBRARIES) + ["compat32"]:
+        yield from _capability(ctx, capability, [lib for lib in libs if lib.capability == capability])
+
+
+def _capability(ctx: Context, capability: str, libs: list[_Lib]):
+    id = f"libraries.{capability}"
+    version = ctx.version
+    good = {lib.real for lib in libs if lib.version == version}
+    dangling = [lib for lib in libs if lib.real is None]
+    other = {}
+    for lib in libs:
+        if lib.real is not None and lib.version != version:
+            # Several keys (libcuda.so.1, libcuda.so) may lead to one file: name the longest.
+            if lib.real not in other or len(lib.key) > len(other[lib.real].key):
+                other[lib.real] = lib
+    for lib in other.values():
+        yield fail(id, f"{lib.key} ({lib.arch}) resolves to {lib.real}, of driver {lib.version or '?'}, but the "
+                   f"kernel module is {version}: containers do not get it", _mismatch_fix(ctx, lib))
+    for lib in dangling:
+        yield warn(id, f"{ctx.driver.ldcache_path} lists {lib.key} => {lib.link}, which does not exist",
+                   _ldconfig(ctx))
+    if other or dangling:
+        return
+    if not good:
+        yield info(id, f"no {capability} libraries in {ctx.driver.ldcache_path} "
+                   f"(containers asking for {capability} get none)")
+        return
+    yield ok(id, f"{len(good)} {capability} libraries, all {version}")
+
+
+def _mismatch_fix(ctx: Context, lib: _Lib) -> str:
+    directory = os.path.dirname(lib.real)
+    base = os.path.basename(lib.real)[: -len(lib.version or "")] if lib.version else None
+    wanted = f"{base}{ctx.version}" if base else None
+    if wanted and os.path.isfile(ctx.driver.host_path(f"{directory}/{wanted}")) \
+            and os.path.basename(lib.link) != os.path.basename(lib.real):
+        link = ctx.driver.host_path(lib.link)
+        return f"ln -sf {wanted} {link} && {_ldconfig(ctx)}"
+    return (f"install driver {ctx.version}'s user-space libraries (or remove "
+            f"{ctx.driver.host_path(lib.real)}), then {_ldconfig(ctx)}")
+
+
+def check_required(ctx: Context):
+    """libnvidia-ml.so.1 and libcuda.so.1 must be in the cache, or containers break."""
+    if ctx.ldcache is None or ctx.version is None:
+        for id, _, _ in REQUIRED.values():
+            yield ctx.skipped(id, "no ld cache or no driver version (see above)")
+        return
+    present = {lib.key for lib in _scan(ctx) if lib.arch == "x86_64" and lib.real}
+    for soname, (id, capability, symptom) in REQUIRED.items():
+        if soname in present:
+            yield ok(id, f"{soname} is in {ctx.driver.ldcache_path}")
+            continue
+        on_disk = _on_disk(ctx, soname)
+        if on_disk:
+            fix = _ldconfig(ctx)
+            where = f"; {on_disk} exists but the cache was not rebuilt"
+        else:
+            fix = f"install driver {ctx.version}'s {capability} libraries ({soname}), then {_ldconfig(ctx)}"
+            where = ""
+        yield fail(id, f"{soname} is not in {ctx.driver.ldcache_path}{where}: {symptom}", fix)
+
+
+def check_uncached(ctx: Context):
+    """Driver libraries on disk that the cache does not list: ldconfig was not run."""
+    if ctx.ldcache is None or ctx.version is None:
+        yield ctx.skipped("libraries.uncached", "no ld cache or no driver version (see above)")
+        return
+    cached = {lib.real for lib in _scan(ctx) if lib.real}
+    missing = []
+    for directory in _LIB_DIRS:
+        try:
+            names = os.listdir(ctx.driver.host_path(directory))
+        except OSError:
+            continue
+        for name in sorted(names):
+            base, sep, version = name.partition(".so.")
+            if sep and version == ctx.version and base + ".so" in _LIBRARY_CAPABILITY \
+                    and f"{directory}/{name}" not in cached:
+                missing.append(f"{directory}/{name}")
+    if missing:
+        yield warn("libraries.uncached",
+                   f"{len(missing)} driver libraries on disk are not in {ctx.driver.ldcache_path}: "
+                   f"{', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}", _ldconfig(ctx))
+    else:
+        yield ok("libraries.uncached", f"every driver {ctx.version} library on disk is in the cache")
+
+
+def _on_disk(ctx: Context, soname: str) -> str | None:
+    base = soname.split(".so", 1)[0]
+    for directory in _LIB_DIRS[:5]:
+        path = f"{directory}/{base}.so.{ctx.version}"
+        if os.path.isfile(ctx.driver.host_path(path)):
+            return path
+    return None
+
+
+CHECKS = (check_ldcache, check_versions, check_required, check_uncached)
