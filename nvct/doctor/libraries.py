@@ -41,6 +41,10 @@ class _Lib:
 
 
 def _scan(ctx: Context) -> list[_Lib]:
+    return ctx.memo("libraries", lambda: _resolve_all(ctx))
+
+
+def _resolve_all(ctx: Context) -> list[_Lib]:
     out = []
     for entry in ctx.ldcache:
         capability = _LIBRARY_CAPABILITY.get(entry.key.split(".so", 1)[0] + ".so")

@@ -77,6 +77,13 @@ class Context:
 
     def __init__(self, options: Options):
         self.options = options
+        self._memo: dict = {}
+
+    def memo(self, key: str, compute):
+        """``compute()`` once per run: for facts the checks of one group share."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     # --- nvct's config ---
     @functools.cached_property

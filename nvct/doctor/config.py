@@ -1,0 +1,111 @@
+"""nvct's own config: that it loads, that its roots exist, and what the shim will run."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from nvct.doctor.model import Context, fail, info, ok, warn
+from nvct.errors import NvctError
+
+
+def check_file(ctx: Context):
+    path = ctx.config_file
+    if ctx.config_error:
+        line = re.search(r"line (\d+)", ctx.config_error)
+        where = f"line {line.group(1)} of {path}" if line else path
+        yield fail("config.file", ctx.config_error,
+                   f"correct {where}, then check it with: nvct config show -c {path}")
+        return
+    if ctx.config.path is None:
+        yield info("config.file", f"no {path}: nvct uses its built-in defaults",
+                   f"to write one: nvct config default -o {path}")
+        return
+    yield ok("config.file", f"{path} loads (mode {ctx.config.mode})")
+
+
+def check_roots(ctx: Context):
+    if ctx.config is None:
+        yield ctx.skipped("config.roots", "nvct's config does not load (see config.file)")
+        return
+    config = ctx.config
+    bad = False
+    for what, key, root, inside in (
+            ("driver root", "nvidia-container-cli.root", config.driver_root, "usr"),
+            ("dev root", "nvct.dev-root", config.dev_root, "dev"),
+            ("proc root", "nvct.proc-root", config.proc_root, None)):
+        if not os.path.isdir(root):
+            bad = True
+            yield fail("config.roots", f"{what} {root} ({key}) does not exist",
+                       ctx.set_command(key, "<directory>") + f" (the directory that holds the {what[:-5]})")
+        elif inside and not os.path.isdir(os.path.join(root, inside)):
+            bad = True
+            yield fail("config.roots", f"{what} {root} ({key}) has no {inside}/",
+                       ctx.set_command(key, "<directory>"))
+    if not bad:
+        yield ok("config.roots", f"driver root {config.driver_root}, dev root {config.dev_root}, "
+                 f"proc root {config.proc_root}")
+
+
+def check_runtimes(ctx: Context):
+    """The low-level runtime the shim execs."""
+    if ctx.config is None:
+        yield ctx.skipped("config.runtimes", "nvct's config does not load (see config.file)")
+        return
+    from nvct import lowlevel
+
+    try:
+        path = lowlevel.find(ctx.config.runtimes)
+    except NvctError as e:
+        yield fail("config.runtimes", str(e),
+                   "apt-get install runc (or: " + ctx.set_command("nvidia-container-runtime.runtimes",
+                                                                  "/usr/sbin/runc") + ")")
+        return
+    yield ok("config.runtimes", f"the shim runs {path}")
+
+
+def check_hook(ctx: Context):
+    """The executable the configured mode puts into containers' hooks."""
+    if ctx.config is None:
+        yield ctx.skipped("config.hook", "nvct's config does not load (see config.file)")
+        return
+    if ctx.config.mode == "legacy":
+        from nvct.modes import legacy_hook_path
+
+        path, key = legacy_hook_path(ctx.config), "nvidia-container-runtime-hook.path"
+    else:
+        from nvct.injection import hook_executable
+
+        key = "nvct.path"
+        try:
+            path = hook_executable(ctx.config)
+        except NvctError as e:
+            yield fail("config.hook", str(e), ctx.set_command(key, "/usr/bin/nvct"))
+            return
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        yield fail("config.hook", f"{path} ({key}, run by containers' hooks in {ctx.config.mode} mode) "
+                   f"is not an executable file", ctx.set_command(key, "<absolute path of it>"))
+        return
+    yield ok("config.hook", f"{ctx.config.mode} mode: containers' hooks run {path}")
+
+
+def check_log(ctx: Context):
+    if ctx.config is None:
+        yield ctx.skipped("config.log", "nvct's config does not load (see config.file)")
+        return
+    path = ctx.config.get("nvidia-container-runtime.debug") or ""
+    level = ctx.config.get("nvidia-container-runtime.log-level") or "info"
+    if path in ("", "/dev/null"):
+        yield info("config.log", "container starts are not logged (nvidia-container-runtime.debug is /dev/null)",
+                   "to log them: " + ctx.set_command("nvidia-container-runtime.debug",
+                                                     "/var/log/nvidia-container-runtime.log"))
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        yield warn("config.log", f"log file {path}: directory {directory} does not exist (nothing is logged)",
+                   f"mkdir -p {directory}")
+        return
+    yield ok("config.log", f"container starts are logged to {path} (log-level {level})")
+
+
+CHECKS = (check_file, check_roots, check_runtimes, check_hook, check_log)
