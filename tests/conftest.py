@@ -1,4 +1,7 @@
-"""Suite-wide settings: in CI (NVCT_CI_NO_SKIP=1) a skipped test is a failure."""
+"""Suite-wide settings and simulated GPU nodes.
+
+In CI (NVCT_CI_NO_SKIP=1) a skipped test is a failure.
+"""
 
 from __future__ import annotations
 
@@ -15,3 +18,29 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where nothing may be skipped: {reason}"
+
+
+def _node(tmp_path_factory, **options):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (builds a simulated GPU node with mknod)")
+    from nvct.simulate.node import cached_node
+
+    return cached_node(tmp_path_factory.getbasetemp() / "sim", **options)
+
+
+@pytest.fixture(scope="session")
+def sim_node(tmp_path_factory):
+    """The default simulated node: DGX H100, driver 550.54.15, MIG on GPU 0 (two 3g.40gb)."""
+    return _node(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def sim_node_535(tmp_path_factory):
+    """Driver 535.161.08, no MIG."""
+    return _node(tmp_path_factory, driver_version="535.161.08", mig=False)
+
+
+@pytest.fixture(scope="session")
+def sim_node_570(tmp_path_factory):
+    """Driver 570.124.06 (open kernel module era), MIG on GPU 0."""
+    return _node(tmp_path_factory, driver_version="570.124.06")

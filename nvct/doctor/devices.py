@@ -73,7 +73,7 @@ def check_nodes(ctx: Context):
     if missing:
         yield fail("devices.nodes",
                    f"{len(missing)} of {len(nodes)} device nodes missing under {root}: "
-                   f"{', '.join(n.path for n in missing)} (containers get no GPU)",
+                   f"{_some(n.path for n in missing)} (containers get no GPU)",
                    _mknod_commands(missing))
     for node, seen in wrong:
         yield fail("devices.nodes", f"{node.host_path} is {seen}, expected c {node.major}:{node.minor}",
@@ -120,7 +120,7 @@ def check_char_links(ctx: Context):
         fix += f" --dev-char-path {char_dir}"
     if absent:
         yield warn("devices.char-links",
-                   f"no {char_dir}/M:m link for {', '.join(f'{n.major}:{n.minor}' for n in absent)}: "
+                   f"no {char_dir}/M:m link for {_some(f'{n.major}:{n.minor}' for n in absent)}: "
                    f"after 'systemctl daemon-reload' running GPU containers lose their devices "
                    f"(\"Failed to initialize NVML: Unknown Error\")", fix)
     else:
@@ -172,6 +172,12 @@ def _links_to(char_dir: str, node, dev_root: str) -> bool:
     else:
         target = os.path.join(char_dir, target)
     return os.path.normpath(target) == os.path.normpath(node.host_path)
+
+
+def _some(items, shown: int = 6) -> str:
+    items = list(items)
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
 
 
 def _describe(st: os.stat_result) -> str:

@@ -113,7 +113,8 @@ def _capability(ctx: Context, capability: str, libs: list[_Lib]):
         yield info(id, f"no {capability} libraries in {ctx.driver.ldcache_path} "
                    f"(containers asking for {capability} get none)")
         return
-    yield ok(id, f"{len(good)} {capability} libraries, all {version}")
+    noun = "library" if len(good) == 1 else "libraries"
+    yield ok(id, f"{len(good)} {capability} {noun}, all {version}")
 
 
 def _mismatch_fix(ctx: Context, lib: _Lib) -> str:

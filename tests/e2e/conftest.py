@@ -19,16 +19,6 @@ NVCT = os.path.join(VENV_BIN, "nvct")
 PATH_ENV = "PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
 
 
-@pytest.fixture(scope="session")
-def sim_node(tmp_path_factory):
-    """The default simulated node: DGX H100, driver 550, MIG on GPU 0 (two 3g.40gb)."""
-    need_root("builds a simulated GPU node (mknod)")
-    from nvct.simulate.node import cached_node
-
-    manifest = cached_node(tmp_path_factory.getbasetemp() / "sim")
-    return manifest
-
-
 def node_config(tmp_path, sim_node, *, mode: str, runtime: str = "runc", extra: str = "") -> str:
     """A config file: the node's three roots, plus the mode and low-level runtime."""
     with open(sim_node["config"]) as f:

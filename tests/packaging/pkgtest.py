@@ -20,6 +20,12 @@ def project_version() -> str:
     return re.search(r'^version\s*=\s*"([^"]+)"', text, re.M).group(1)
 
 
+def tree_modules() -> set[str]:
+    """The package's modules in this tree, as ``nvct/...py`` paths."""
+    return {str(p.relative_to(REPO)) for p in (REPO / "nvct").rglob("*.py")
+            if "__pycache__" not in p.parts}
+
+
 def build_package(script: str, out_dir: Path, timeout: float = 180) -> Path:
     """Run ``scripts/<script> OUT_DIR`` and return the package it built.
 

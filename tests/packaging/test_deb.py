@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version
+from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.support.bundle import make_bundle, read_config
 from tests.support.proc import SYSTEM_PATH, run
 from tests.support.rootfs import BUSYBOX, make_rootfs
@@ -47,6 +47,7 @@ needs_build_tools = pytest.mark.skipif(bool(_MISSING), reason=f"needs the .deb b
 def deb(tmp_path_factory) -> SimpleNamespace:
     """The built package, with its listing, control fields and unpacked tree."""
     out = tmp_path_factory.mktemp("deb")
+    modules = tree_modules()  # before the build copies the tree
     path = build_package("build-deb.sh", out)
     unpacked = out / "unpacked"
     run(["dpkg-deb", "-x", str(path), str(unpacked)], env=BUILD_ENV).check()
@@ -54,7 +55,8 @@ def deb(tmp_path_factory) -> SimpleNamespace:
     run(["dpkg-deb", "-e", str(path), str(control)], env=BUILD_ENV).check()
     listing = run(["dpkg-deb", "-c", str(path)], env=BUILD_ENV).check().stdout
     return SimpleNamespace(
-        path=path, changes=next(out.glob("nvct_*.changes")), unpacked=unpacked, control=control,
+        path=path, changes=next(out.glob("nvct_*.changes")), modules=modules,
+        unpacked=unpacked, control=control,
         paths={line.split(None, 5)[5].split(" -> ")[0][1:].rstrip("/") or "/"
                for line in listing.splitlines()},
         fields=_fields(run(["dpkg-deb", "-f", str(path)], env=BUILD_ENV).check().stdout))
@@ -104,11 +106,9 @@ def test_deb_installs_the_programs_config_hook_and_python_package(deb):
 
 @needs_build_tools
 def test_deb_ships_every_module_of_the_tree(deb):
-    tree = {str(p.relative_to(REPO)) for p in (REPO / "nvct").rglob("*.py")
-            if "__pycache__" not in p.parts}
     shipped = {p[len(SITE) + 1:] for p in deb.paths
                if p.startswith(f"{SITE}/nvct/") and p.endswith(".py")}
-    assert shipped == tree
+    assert shipped == deb.modules
 
 
 @needs_build_tools

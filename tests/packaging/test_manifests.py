@@ -64,7 +64,8 @@ def _host_path(container_path: str) -> tuple[str, dict]:
         if container_path == top or container_path.startswith(top + "/"):
             if best is None or len(top) > len(best["mountPath"].rstrip("/")):
                 best = mount
-    assert best is not None, f"{container_path} is on no volume: the installer would write into its own image"
+    assert best is not None, \
+        f"{container_path} is on no volume: the installer would use its own image's"
     rest = os.path.relpath(container_path, best["mountPath"])
     host = posixpath.normpath(posixpath.join(volumes[best["name"]]["hostPath"]["path"], rest))
     return host, best

@@ -95,9 +95,10 @@ def test_a_changed_config_replaces_the_file_keeping_its_mode(conf_dir, tmp_path)
     conf.write_text(USER_EDITED)
     conf.chmod(0o600)
     # An nvct whose normalization changes the file and leaves a backup beside it.
-    nvct = fake_nvct(tmp_path, 'case "$*" in *--help*) echo "  -i, --in-place"; exit 0;; esac\n'
-                               'cp "$NVIDIA_CTK_CONFIG_FILE_PATH" "$NVIDIA_CTK_CONFIG_FILE_PATH.nvct.bak"\n'
-                               'echo "disable-require = true" >> "$NVIDIA_CTK_CONFIG_FILE_PATH"\n')
+    nvct = fake_nvct(tmp_path,
+                     'case "$*" in *--help*) echo "  -i, --in-place"; exit 0;; esac\n'
+                     'cp "$NVIDIA_CTK_CONFIG_FILE_PATH" "$NVIDIA_CTK_CONFIG_FILE_PATH.nvct.bak"\n'
+                     'echo "disable-require = true" >> "$NVIDIA_CTK_CONFIG_FILE_PATH"\n')
     result = normalize(conf, nvct)
     assert result.ok, result.describe()
     assert conf.read_text() == USER_EDITED + "disable-require = true\n"

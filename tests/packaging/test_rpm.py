@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version
+from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.support.proc import SYSTEM_PATH, run
 
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook")
@@ -27,7 +27,7 @@ TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
 def _missing_tools() -> str:
     missing = [t for t in ("rpmbuild", "rpm2archive") if shutil.which(t, path=SYSTEM_PATH) is None]
     if run(["/usr/bin/python3", "-c", "import build, installer, setuptools, wheel"],
-           env=BUILD_ENV).rc != 0:
+           env=BUILD_ENV, cwd="/").rc != 0:
         missing.append("python3-build, python3-installer, python3-setuptools, python3-wheel")
     return ", ".join(missing)
 
@@ -38,12 +38,13 @@ pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs the .rpm build to
 
 @pytest.fixture(scope="module")
 def rpm(tmp_path_factory) -> SimpleNamespace:
+    modules = tree_modules()  # before the build copies the tree
     path = build_package("build-rpm.sh", tmp_path_factory.mktemp("rpm"))
 
     def query(*args: str) -> str:
         return run(["rpm", "-qp", *args, str(path)], env=BUILD_ENV).check().stdout
 
-    return SimpleNamespace(path=path, query=query, files=query("-l").split(),
+    return SimpleNamespace(path=path, modules=modules, query=query, files=query("-l").split(),
                            payload=_payload(path))
 
 
@@ -68,9 +69,7 @@ def test_rpm_installs_the_programs_config_hook_and_python_package(rpm):
     modules = {SITE.sub("", f) for f in rpm.files if SITE.match(f)}
     assert {"nvct/__init__.py", "nvct/shim.py", "nvct/hook.py", "nvct/cli/__init__.py",
             f"nvct-{project_version()}.dist-info/entry_points.txt"} <= modules
-    tree = {str(p.relative_to(REPO)) for p in (REPO / "nvct").rglob("*.py")
-            if "__pycache__" not in p.parts}
-    assert {m for m in modules if m.startswith("nvct/") and m.endswith(".py")} == tree
+    assert {m for m in modules if m.startswith("nvct/") and m.endswith(".py")} == rpm.modules
     modes = dict(line.rsplit(" ", 1) for line in
                  rpm.query("--qf", "[%{FILENAMES} %{FILEMODES:octal}\n]").splitlines())
     for program in [f"/usr/bin/{p}" for p in PROGRAMS] + [NORMALIZE]:

@@ -1,0 +1,163 @@
+"""CDI specs: valid, and fresh -- made for this driver version and these GPUs.
+
+A spec is a snapshot: after a driver upgrade its library paths name files
+that no longer exist (or of the old version), and after a GPU swap its UUIDs
+name GPUs that are gone. Either way containers that ask for its devices fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from nvct.doctor.model import Context, fail, info, ok, warn
+
+_SO_VERSION = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
+_FIRMWARE_VERSION = re.compile(r"/firmware/nvidia/(\d+\.\d+(?:\.\d+)?)/")
+_DEFAULT_SPEC = "/etc/cdi/nvidia.yaml"
+
+
+def spec_dirs(ctx: Context) -> list[str]:
+    if ctx.options.cdi_dirs:
+        return list(ctx.options.cdi_dirs)
+    from nvct.cdi.modes import SPEC_DIRS_KEY
+    from nvct.config import Config
+
+    dirs = (ctx.config or Config(env={})).get(SPEC_DIRS_KEY) or ()
+    return [dirs] if isinstance(dirs, str) else list(dirs)
+
+
+def check_specs(ctx: Context):
+    from nvct.cdi.registry import Registry
+
+    dirs = spec_dirs(ctx)
+    registry = ctx.memo("cdi", lambda: Registry(dirs))
+    for path, reasons in registry.errors.items():
+        for reason in reasons:
+            yield fail("cdi.specs", f"{path}: {reason} (CDI runtimes ignore its devices)",
+                       f"correct or remove {path} (nvct cdi generate --output {path} writes a fresh one)")
+    nvidia = _nvidia_specs(registry)
+    if not nvidia:
+        mode = ctx.config.mode if ctx.config is not None else None
+        make = warn if mode == "cdi" else info
+        yield make("cdi.specs", f"no NVIDIA CDI spec in {', '.join(dirs) or 'no directory'}"
+                   + (" but the shim is in cdi mode" if mode == "cdi" else ""),
+                   f"nvct cdi generate --output {_DEFAULT_SPEC}")
+        return
+    kinds = sorted({s.kind for s in nvidia})
+    yield ok("cdi.specs", f"{len(nvidia)} NVIDIA spec(s) in {', '.join(dirs)} ({', '.join(kinds)}), "
+             f"{sum(len(s.devices) for s in nvidia)} devices")
+
+
+def check_fresh(ctx: Context):
+    from nvct.cdi.registry import Registry
+
+    registry = ctx.memo("cdi", lambda: Registry(spec_dirs(ctx)))
+    specs = _nvidia_specs(registry)
+    if not specs:
+        yield ctx.skipped("cdi.fresh", "no NVIDIA CDI spec (see cdi.specs)")
+        return
+    for spec in specs:
+        yield from _fresh(ctx, spec)
+
+
+def _fresh(ctx: Context, spec):
+    fix = f"nvct cdi generate --output {spec.path}" + _kind_options(spec)
+    edits = [spec.edits] + [d.get("containerEdits") or {} for d in spec.devices.values()]
+    problems = 0
+    missing = sorted({p for e in edits for p in _host_paths(e) if not os.path.lexists(p)})
+    if missing:
+        problems += 1
+        yield fail("cdi.fresh", f"{spec.path}: {len(missing)} host path(s) do not exist, e.g. "
+                   f"{', '.join(missing[:3])} (containers using it fail to start)", fix)
+    versions = sorted({v for e in edits for v in _versions(e)})
+    if ctx.version and any(v != ctx.version for v in versions):
+        problems += 1
+        yield fail("cdi.fresh", f"{spec.path} was made for driver {', '.join(v for v in versions if v != ctx.version)}, "
+                   f"the kernel module is {ctx.version}", fix)
+    wrong = sorted({_node_mismatch(n) for e in edits for n in e.get("deviceNodes") or ()} - {None})
+    if wrong:
+        problems += 1
+        yield fail("cdi.fresh", f"{spec.path}: device numbers differ from the host's: {'; '.join(wrong[:3])}", fix)
+    if ctx.gpus is not None:
+        for finding in _uuids(ctx, spec, fix):
+            problems += 1
+            yield finding
+    if not problems:
+        checked = "host paths, driver version" + (", GPU UUIDs" if ctx.gpus is not None else "")
+        yield ok("cdi.fresh", f"{spec.path} ({spec.kind}, {len(spec.devices)} devices) matches this node: {checked}")
+
+
+def _uuids(ctx: Context, spec, fix: str):
+    names = {n.lower() for n in spec.devices}
+    have = {g.uuid.lower(): g for g in ctx.gpus}
+    gone = sorted(n for n in names if n.startswith("gpu-") and n not in have)
+    if gone:
+        yield fail("cdi.fresh", f"{spec.path} names GPU(s) this node does not have: {', '.join(gone[:3])}", fix)
+    if ctx.options.deep:
+        try:
+            migs = {u.lower() for u in ctx.driver.mig_uuids}
+        except Exception:  # noqa: BLE001 - NVML trouble is driver.nvml's finding
+            migs = None
+        stale = sorted(n for n in names if n.startswith("mig-") and migs is not None and n not in migs)
+        if stale:
+            yield fail("cdi.fresh", f"{spec.path} names MIG device(s) this node does not have: "
+                       f"{', '.join(stale[:3])}", fix)
+    if any(n.startswith("gpu-") for n in names):
+        new = [g for u, g in have.items() if u not in names]
+        if new:
+            yield warn("cdi.fresh", f"{spec.path} lacks GPU(s) {', '.join(str(g.index) for g in new)} "
+                       f"({', '.join(g.uuid for g in new[:3])})", fix)
+
+
+def _nvidia_specs(registry):
+    return [s for s in registry.specs if s.vendor == "nvidia.com" or s.vendor.endswith(".nvidia.com")]
+
+
+def _host_paths(edits):
+    for m in edits.get("mounts") or ():
+        yield m["hostPath"]
+    for n in edits.get("deviceNodes") or ():
+        yield n.get("hostPath") or n["path"]
+    for h in edits.get("hooks") or ():
+        yield h["path"]
+
+
+def _versions(edits):
+    for m in edits.get("mounts") or ():
+        for path in (m["hostPath"], m["containerPath"]):
+            match = _SO_VERSION.search(path) or _FIRMWARE_VERSION.search(path)
+            if match:
+                yield match.group(1)
+    for h in edits.get("hooks") or ():
+        args = list(h.get("args") or ())
+        for i, arg in enumerate(args[:-1]):
+            if arg == "--host-driver-version":
+                yield args[i + 1]
+
+
+def _node_mismatch(node) -> str | None:
+    host = node.get("hostPath") or node["path"]
+    major = node.get("major")
+    if not major:
+        return None
+    try:
+        st = os.stat(host)
+    except OSError:
+        return None  # reported as a missing host path
+    have = (os.major(st.st_rdev), os.minor(st.st_rdev))
+    if have != (major, node.get("minor") or 0):
+        return f"{node['path']} is {major}:{node.get('minor') or 0} in the spec, {have[0]}:{have[1]} on the host"
+    return None
+
+
+def _kind_options(spec) -> str:
+    out = ""
+    if spec.vendor != "nvidia.com":
+        out += f" --vendor {spec.vendor}"
+    if spec.cls != "gpu":
+        out += f" --class {spec.cls}"
+    return out
+
+
+CHECKS = (check_specs, check_fresh)

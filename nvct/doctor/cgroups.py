@@ -1,0 +1,66 @@
+"""The cgroup version, and whether nvct's hook can grant device access on it.
+
+The hook (``docker --gpus``, legacy mode) writes cgroup v1 ``devices.allow``
+rules; under a pure cgroup v2 host device access is an eBPF program the
+runtime owns, and the hook fails. jit-cdi and cdi modes put the devices in
+the OCI spec, where the runtime grants them on either version.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvct.doctor.model import Context, ok, warn
+
+
+def mount_view(proc_root: str) -> str:
+    """The mountinfo to read: the host's init's under the proc root, else this process's."""
+    host = os.path.join(proc_root, "1/mountinfo")
+    return host if os.path.isfile(host) else "/proc/self/mountinfo"
+
+
+def cgroup_mounts(path: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(mount point, fstype, super options) of every cgroup and cgroup2 mount."""
+    out = []
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split(" ")
+            try:
+                sep = fields.index("-")
+            except ValueError:
+                continue
+            fstype = fields[sep + 1]
+            if fstype in ("cgroup", "cgroup2"):
+                options = tuple(fields[sep + 3].rstrip("\n").split(",")) if len(fields) > sep + 3 else ()
+                out.append((fields[4], fstype, options))
+    return out
+
+
+def check_version(ctx: Context):
+    proc_root = ctx.config.proc_root if ctx.config is not None else "/proc"
+    path = mount_view(proc_root)
+    try:
+        mounts = cgroup_mounts(path)
+    except OSError as e:
+        yield warn("cgroup.version", f"{path}: {e.strerror}", "run nvct doctor as root on the host")
+        return
+    devices = [m for m in mounts if m[1] == "cgroup" and "devices" in m[2]]
+    unified = [m for m in mounts if m[1] == "cgroup2"]
+    if devices:
+        kind = "hybrid (v1 controllers, v2 at " + unified[0][0] + ")" if unified else "v1"
+        yield ok("cgroup.version", f"cgroup {kind}, devices controller at {devices[0][0]} ({path}): "
+                 f"the hook (docker --gpus, legacy mode) can grant device access")
+        return
+    if not unified:
+        yield warn("cgroup.version", f"{path} shows no cgroup mount", "mount cgroups (the container engine needs them)")
+        return
+    mode = ctx.config.mode if ctx.config is not None else "auto"
+    fix = ("use jit-cdi (or cdi) mode: " + ctx.set_command("nvidia-container-runtime.mode", "jit-cdi")
+           if mode == "legacy" else "keep the mode (" + mode + ")")
+    yield warn("cgroup.version",
+               f"cgroup v2 only ({path}): nvct's hook cannot grant device access there, so docker --gpus "
+               f"and legacy mode fail ({'the configured mode is legacy' if mode == 'legacy' else 'mode ' + mode + ' works'})",
+               fix + "; run GPU containers with --runtime=nvidia (or --device nvidia.com/gpu=...) instead of --gpus")
+
+
+CHECKS = (check_version,)

@@ -1,0 +1,312 @@
+"""Container engines: does each one name an NVIDIA runtime that exists, and will ``--gpus`` work?
+
+Engine configs are only read (with the standard library's parsers, so the
+doctor stays fast). A config that does not exist means the engine is not
+set up here: that is reported, not failed.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import socket
+import struct
+import sys
+
+from nvct.doctor.model import Context, fail, info, ok, warn
+from nvct.errors import ConfigError
+
+RUNTIME_BINARY = "nvidia-container-runtime"
+HOOK_BINARY = "nvidia-container-runtime-hook"
+
+
+class _Runtimes:
+    """What an engine's config files say: runtime name -> (binary, file), and the default."""
+
+    def __init__(self, files: list[str]):
+        self.files = files
+        self.runtimes: dict[str, tuple[str | None, str]] = {}
+        self.default: tuple[str, str] | None = None
+
+    def nvidia(self) -> dict[str, tuple[str | None, str]]:
+        return {name: value for name, value in self.runtimes.items()
+                if name.startswith("nvidia") or os.path.basename(value[0] or "").startswith(RUNTIME_BINARY)}
+
+
+# --- docker ---
+def check_docker(ctx: Context):
+    path = ctx.options.docker_config
+    try:
+        data = _read_json(path)
+    except ConfigError as e:
+        yield fail("runtime.docker", f"{e} (dockerd does not start with it)", f"correct {path}")
+        return
+    if data is None:
+        yield info("runtime.docker", f"no {path}: docker is not configured here")
+        return
+    found = _Runtimes([path])
+    runtimes = data.get("runtimes") or {}
+    if not isinstance(runtimes, dict):
+        yield fail("runtime.docker", f"{path}: runtimes is not an object", f"correct {path}")
+        return
+    for name, entry in runtimes.items():
+        binary = entry.get("path") if isinstance(entry, dict) else None
+        found.runtimes[name] = (binary if isinstance(binary, str) else None, path)
+    default = data.get("default-runtime")
+    if isinstance(default, str):
+        found.default = (default, path)
+    yield from _engine("runtime.docker", "docker", found, ctx.options.default_path, builtin=("runc",),
+                       configure=f"nvct runtime configure --runtime docker --config {path}",
+                       apply="then reload dockerd: kill -HUP $(cat " + ctx.options.docker_pidfile + ")")
+
+
+def check_docker_gpus(ctx: Context):
+    """``docker run --gpus`` needs the hook on the PATH dockerd had when it started."""
+    pid, how = dockerd_pid(ctx.options.docker_socket, ctx.options.docker_pidfile)
+    if pid is None:
+        if not (os.path.exists(ctx.options.docker_config) or _which("dockerd", ctx.options.default_path)):
+            yield info("runtime.docker-gpus", "no dockerd runs here and docker is not installed")
+            return
+        hook = _which(HOOK_BINARY, ctx.options.default_path)
+        if hook:
+            yield ok("runtime.docker-gpus", f"no dockerd runs ({how}); started with the default PATH it "
+                     f"finds {hook}, so docker run --gpus will work")
+        else:
+            yield warn("runtime.docker-gpus",
+                       f"no dockerd runs ({how}), and the default PATH ({ctx.options.default_path}) has no "
+                       f"{HOOK_BINARY}: docker run --gpus will fail", _link_hook_fix(ctx.options.default_path))
+        return
+    try:
+        environ = _read_environ(pid)
+    except OSError as e:
+        yield info("runtime.docker-gpus", f"dockerd is pid {pid} ({how}), but its environment cannot be "
+                   f"read: {e.strerror}", "run nvct doctor as root")
+        return
+    path = environ.get("PATH")
+    if path is None:
+        yield fail("runtime.docker-gpus", f"dockerd (pid {pid}, {how}) started without PATH: docker run --gpus "
+                   f"fails with 'could not select device driver \"\" with capabilities: [[gpu]]'",
+                   f"start dockerd with PATH={ctx.options.default_path} (its service's Environment=)")
+        return
+    hook = _which(HOOK_BINARY, path)
+    if hook is None:
+        yield fail("runtime.docker-gpus",
+                   f"dockerd (pid {pid}, {how}) started with PATH={path}, where there is no {HOOK_BINARY}: "
+                   f"docker run --gpus fails with 'could not select device driver \"\" with capabilities: "
+                   f"[[gpu]]'", _link_hook_fix(path) + ", then restart dockerd (it looks the hook up once, at start)")
+        return
+    started = _start_time(pid)
+    if started is not None and os.lstat(hook).st_ctime > started:
+        yield warn("runtime.docker-gpus", f"{hook} appeared after dockerd (pid {pid}) started, and dockerd "
+                   f"looks for it only at start: docker run --gpus may fail until it restarts",
+                   "restart dockerd")
+        return
+    yield ok("runtime.docker-gpus", f"dockerd (pid {pid}, {how}) finds {hook} on its PATH: "
+             f"docker run --gpus works")
+
+
+def dockerd_pid(sock: str, pidfile: str) -> tuple[int | None, str]:
+    """dockerd's pid, from whoever listens on its socket, else its pid file (never by name)."""
+    notes = []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1.0)
+            s.connect(sock)
+            pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+        if pid > 1:
+            return pid, f"listening on {sock}"
+        notes.append(f"{sock} is held by pid {pid} (socket activation)")
+    except OSError as e:
+        notes.append(f"{sock}: {e.strerror or e}")
+    try:
+        with open(pidfile) as f:
+            pid = int(f.read().strip())
+        if pid > 1 and os.path.isdir(f"/proc/{pid}"):
+            return pid, f"from {pidfile}"
+        notes.append(f"{pidfile}: pid {pid} does not run")
+    except (OSError, ValueError) as e:
+        notes.append(f"{pidfile}: {getattr(e, 'strerror', None) or e}")
+    return None, "; ".join(notes)
+
+
+def _start_time(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch), from /proc/<pid>/stat and /proc/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _read_environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        raw = f.read()
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep:
+            out.setdefault(key, value)
+    return out
+
+
+def _link_hook_fix(path: str) -> str:
+    dirs = [d for d in path.split(":") if d]
+    target = "/usr/bin" if "/usr/bin" in dirs else (dirs[0] if dirs else "/usr/bin")
+    return f"ln -s {our_binary(HOOK_BINARY)} {target}/{HOOK_BINARY}"
+
+
+# --- containerd ---
+def check_containerd(ctx: Context):
+    from nvct.runtimes.containerd import PLUGINS, config_version
+
+    path = ctx.options.containerd_config
+    try:
+        main = _read_toml(path)
+        if main is None:
+            yield info("runtime.containerd", f"no {path}: containerd is not configured here")
+            return
+        version = config_version(main, path, 2)
+        files = [(path, main, version)]
+        for imported in _imports(path, main):
+            data = _read_toml(imported) or {}
+            files.append((imported, data, data.get("version", version) if data else version))
+    except ConfigError as e:
+        yield fail("runtime.containerd", f"{e} (containerd does not start with it)", f"correct {path}")
+        return
+    found = _Runtimes([f for f, _, _ in files])
+    for file, data, file_version in files:
+        cri = ((data.get("plugins") or {}).get(PLUGINS.get(file_version, "")) or {}).get("containerd") or {}
+        for name, entry in (cri.get("runtimes") or {}).items():
+            options = entry.get("options") if isinstance(entry, dict) else None
+            options = options if isinstance(options, dict) else {}
+            binary = options.get("BinaryName") or options.get("Runtime")
+            found.runtimes[name] = (binary if isinstance(binary, str) and binary else None, file)
+        if isinstance(cri.get("default_runtime_name"), str):
+            found.default = (cri["default_runtime_name"], file)
+    yield from _engine("runtime.containerd", "containerd", found, ctx.options.default_path, builtin=(),
+                       configure=f"nvct runtime configure --runtime containerd --config {path}",
+                       apply="then restart containerd")
+
+
+def _imports(path: str, data: dict) -> list[str]:
+    imports = data.get("imports") or []
+    if not isinstance(imports, list):
+        raise ConfigError(f"{path}: imports is not a list")
+    out = []
+    for pattern in imports:
+        if not isinstance(pattern, str):
+            raise ConfigError(f"{path}: imports holds a non-string")
+        full = pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(path), pattern)
+        out.extend(p for p in sorted(glob.glob(full)) if p not in out and os.path.abspath(p) != os.path.abspath(path))
+    return out
+
+
+# --- cri-o ---
+def check_crio(ctx: Context):
+    directory = ctx.options.crio_dir
+    main = os.path.join(os.path.dirname(os.path.abspath(directory)), "crio.conf")
+    files = [main] if os.path.isfile(main) else []
+    try:
+        files += [os.path.join(directory, n) for n in sorted(os.listdir(directory))
+                  if os.path.isfile(os.path.join(directory, n))]
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        yield fail("runtime.crio", f"{directory}: {e.strerror}", f"check the permissions of {directory}")
+        return
+    if not files:
+        yield info("runtime.crio", f"no {main} nor files in {directory}: cri-o is not configured here")
+        return
+    found = _Runtimes(files)
+    try:
+        for file in files:
+            runtime = ((_read_toml(file) or {}).get("crio") or {}).get("runtime") or {}
+            for name, entry in (runtime.get("runtimes") or {}).items():
+                binary = entry.get("runtime_path") if isinstance(entry, dict) else None
+                # An empty runtime_path: cri-o looks the runtime's name up on PATH.
+                found.runtimes[name] = ((binary or name) if isinstance(binary, (str, type(None))) else None, file)
+            if isinstance(runtime.get("default_runtime"), str):
+                found.default = (runtime["default_runtime"], file)
+    except ConfigError as e:
+        yield fail("runtime.crio", f"{e} (cri-o does not start with it)", "correct that file")
+        return
+    yield from _engine("runtime.crio", "cri-o", found, ctx.options.default_path, builtin=("crun", "runc"),
+                       configure=f"nvct runtime configure --runtime crio --drop-in-config "
+                                 f"{os.path.join(directory, '99-nvidia.toml')}",
+                       apply="then restart cri-o")
+
+
+# --- shared ---
+def _engine(id: str, engine: str, found: _Runtimes, path_env: str, *, builtin, configure: str, apply: str):
+    where = " + ".join(found.files)
+    if found.default and found.default[0] not in found.runtimes and found.default[0] not in builtin:
+        name, file = found.default
+        yield fail(id, f"{file}: the default runtime {name!r} is not defined ({engine} cannot run containers)",
+                   f"{configure} --set-as-default; {apply}")
+    nvidia = found.nvidia()
+    if not nvidia:
+        yield warn(id, f"{where} defines no NVIDIA runtime (runtimes: {', '.join(found.runtimes) or 'none'})",
+                   f"{configure}; {apply}")
+        return
+    for name, (binary, file) in nvidia.items():
+        resolved = _resolve(binary, path_env)
+        if resolved is None:
+            yield fail(id, f"{file}: runtime {name!r} runs {binary or '(nothing)'}, which is not an executable "
+                       f"file: GPU containers fail to start",
+                       f"{configure} --nvidia-runtime-name {name} --nvidia-runtime-path "
+                       f"{our_binary(RUNTIME_BINARY)}; {apply}")
+            continue
+        default = " (the default)" if found.default and found.default[0] == name else ""
+        yield ok(id, f"{file}: runtime {name!r}{default} runs {resolved}")
+
+
+def _resolve(binary: str | None, path_env: str) -> str | None:
+    if not binary:
+        return None
+    if os.path.isabs(binary):
+        return binary if os.path.isfile(binary) and os.access(binary, os.X_OK) else None
+    return _which(binary, path_env)
+
+
+def _which(name: str, path_env: str) -> str | None:
+    return shutil.which(name, path=path_env)
+
+
+def our_binary(name: str) -> str:
+    """Where this nvct's ``name`` lives: beside the running program, else on PATH, else /usr/bin."""
+    for directory in (os.path.dirname(os.path.abspath(sys.argv[0] or "")), os.path.dirname(sys.executable)):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which(name) or f"/usr/bin/{name}"
+
+
+def _read_json(path: str):
+    from nvct.runtimes.engine import read_file
+
+    raw = read_file(path)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError as e:
+        raise ConfigError(f"{path}: invalid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return data
+
+
+def _read_toml(path: str):
+    from nvct.config import parse_toml
+    from nvct.runtimes.engine import read_file
+
+    raw = read_file(path)
+    return None if raw is None else parse_toml(raw, path)
+
+
+CHECKS = (check_docker, check_docker_gpus, check_containerd, check_crio)

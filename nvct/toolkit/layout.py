@@ -1,0 +1,81 @@
+"""Where ``nvct toolkit install`` puts things: all of it under ``<install-dir>/toolkit``.
+
+::
+
+    toolkit/
+      nvidia-container-runtime           wrappers (sh): set the config, PATH and
+      nvidia-container-runtime.cdi         LD_LIBRARY_PATH, then exec the host's
+      nvidia-container-runtime.legacy      python3 on nvct; the runtimes exec the
+      nvidia-container-runtime-hook        low-level runtime instead while the
+      nvct                                 kernel module is not loaded
+      lib/python/                        nvct and its pure-Python dependencies
+      .config/nvidia-container-runtime/  config.toml (+ config.cdi.toml, config.legacy.toml)
+
+Paths written into files are always the final ones, even while the tree is
+being assembled in a staging directory beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+SUBDIR = "toolkit"
+RUNTIME = "nvidia-container-runtime"
+HOOK = "nvidia-container-runtime-hook"
+NVCT = "nvct"
+#: The runtimes the installer adds: name suffix (``nvidia``, ``nvidia-cdi``...) -> mode its wrapper forces.
+RUNTIME_MODES = {"": None, "cdi": "cdi", "legacy": "legacy"}
+#: The entry point the wrappers run, inside the copied nvct package.
+ENTRY = "nvct/toolkit/entry.py"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of one installation, rooted at ``root`` (``<install-dir>/toolkit``)."""
+
+    root: str
+
+    @classmethod
+    def for_install_dir(cls, install_dir: str) -> "Layout":
+        return cls(os.path.join(os.path.abspath(install_dir), SUBDIR))
+
+    def moved(self, root: str) -> "Layout":
+        """The same tree elsewhere (the staging directory it is built in)."""
+        return Layout(root)
+
+    @property
+    def lib_dir(self) -> str:
+        return os.path.join(self.root, "lib")
+
+    @property
+    def python_dir(self) -> str:
+        return os.path.join(self.lib_dir, "python")
+
+    @property
+    def entry(self) -> str:
+        return os.path.join(self.python_dir, ENTRY)
+
+    @property
+    def config_dir(self) -> str:
+        return os.path.join(self.root, ".config", "nvidia-container-runtime")
+
+    def config(self, mode: str | None = None) -> str:
+        """The config a wrapper points at: ``config.toml``, or ``config.<mode>.toml`` for a forced mode."""
+        return os.path.join(self.config_dir, f"config.{mode}.toml" if mode else "config.toml")
+
+    def runtime(self, suffix: str = "") -> str:
+        """``nvidia-container-runtime``, or ``nvidia-container-runtime.<suffix>``."""
+        return os.path.join(self.root, f"{RUNTIME}.{suffix}" if suffix else RUNTIME)
+
+    @property
+    def hook(self) -> str:
+        return os.path.join(self.root, HOOK)
+
+    @property
+    def nvct(self) -> str:
+        return os.path.join(self.root, NVCT)
+
+    def runtimes(self, nvidia_name: str = "nvidia") -> dict[str, str]:
+        """Runtime name -> wrapper, as the engine's config gets them (``nvidia``, ``nvidia-cdi``, ``nvidia-legacy``)."""
+        return {(f"nvidia-{suffix}" if suffix else nvidia_name): self.runtime(suffix) for suffix in RUNTIME_MODES}

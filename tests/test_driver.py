@@ -1,0 +1,79 @@
+"""Driver discovery on simulated nodes, against each node's own ground truth."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nvct import config as config_mod
+from nvct.driver import Driver, resolve_in_root
+
+NVCT = os.path.join(os.path.dirname(sys.executable), "nvct")
+
+
+def nvct_list(node) -> dict:
+    out = subprocess.run([NVCT, "--config", node["config"], "list", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def _norm(items, keys):
+    return sorted(json.dumps({k: i[k] for k in keys}, sort_keys=True) for i in items)
+
+
+@pytest.mark.parametrize("fixture", ["sim_node", "sim_node_535", "sim_node_570"])
+def test_nvct_list_matches_the_nodes_ground_truth(request, fixture):
+    node = request.getfixturevalue(fixture)
+    listed = nvct_list(node)
+    assert listed["driver_version"] == node["driver_version"]
+    assert _norm(listed["libraries"], ("path", "soname", "capability", "arch")) == \
+        _norm(node["libraries"], ("path", "soname", "capability", "arch"))
+    assert _norm(listed["binaries"], ("path", "capability")) == _norm(node["binaries"], ("path", "capability"))
+    assert _norm(listed["device_nodes"], ("path", "major", "minor", "mode", "role")) == \
+        _norm(node["device_nodes"], ("path", "major", "minor", "mode", "role"))
+    assert sorted(listed["ipc"]) == sorted(node["ipc"])
+    assert sorted(listed["firmware"]) == sorted(node["firmware"])
+
+
+@pytest.mark.parametrize("fixture", ["sim_node", "sim_node_535"])
+def test_gpus_and_mig_devices_from_procfs_and_nvml(request, fixture):
+    node = request.getfixturevalue(fixture)
+    driver = Driver.from_config(config_mod.load(node["config"]))
+    assert [(g.index, g.minor, g.uuid, g.bus_id) for g in driver.gpus] == \
+        [(g["index"], g["minor"], g["uuid"], g["bus_id"]) for g in node["gpus"]]
+    for gpu, truth in zip(driver.gpus, node["gpus"]):
+        assert [(m.gi, m.ci, m.gi_cap_minor, m.ci_cap_minor) for m in gpu.migs] == \
+            [(m["gi"], m["ci"], m["gi_cap_minor"], m["ci_cap_minor"]) for m in truth["mig_devices"]]
+    expected_uuids = {m["uuid"]: (g["index"], m["index"]) for g in node["gpus"] for m in g["mig_devices"]}
+    assert driver.mig_uuids == expected_uuids
+
+
+def test_procfs_enumeration_opens_no_device_node(sim_node, tmp_path):
+    # Device nodes of the simulated node are real char devices of an absent driver:
+    # opening one fails with ENXIO. Discovery must not need to.
+    driver = Driver.from_config(config_mod.load(sim_node["config"]))
+    assert len(driver.gpus) == 8
+    assert driver.control_nodes()[0].path == "/dev/nvidiactl"
+
+
+def test_capability_selection(sim_node):
+    driver = Driver.from_config(config_mod.load(sim_node["config"]))
+    utility = {os.path.basename(lib.path) for lib in driver.libraries(["utility"])}
+    assert utility == {"libnvidia-ml.so.550.54.15", "libnvidia-cfg.so.550.54.15"}
+    compute = driver.libraries(["compute"])
+    assert all(lib.arch == "x86_64" for lib in compute)
+    compat = driver.libraries(["compute"], compat32=True)
+    assert {lib.arch for lib in compat} == {"x86_64", "i386"}
+
+
+def test_resolve_in_root_keeps_absolute_links_inside(tmp_path):
+    (tmp_path / "usr/lib").mkdir(parents=True)
+    (tmp_path / "usr/lib/libx.so.1.0").write_text("")
+    os.symlink("/usr/lib/libx.so.1.0", tmp_path / "usr/lib/libx.so.1")
+    os.symlink("/etc/passwd", tmp_path / "usr/lib/escape")
+    assert resolve_in_root(str(tmp_path), "/usr/lib/libx.so.1") == "/usr/lib/libx.so.1.0"
+    assert resolve_in_root(str(tmp_path), "/usr/lib/escape") is None  # /etc/passwd is not in the root
+    os.symlink("loop", tmp_path / "loop")
+    assert resolve_in_root(str(tmp_path), "/loop") is None

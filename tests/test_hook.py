@@ -1,0 +1,98 @@
+"""The prestart hook and the in-container hook subcommands as processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BIN = os.path.dirname(sys.executable)
+HOOK = os.path.join(BIN, "nvidia-container-runtime-hook")
+NVCT = os.path.join(BIN, "nvct")
+
+
+def run(argv, stdin="", env=None):
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                          env=env or {"PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize("stage", ["poststart", "poststop"])
+def test_poststart_and_poststop_do_nothing(stage):
+    r = run([HOOK, stage], stdin="not even json")
+    assert (r.returncode, r.stderr) == (0, "")
+
+
+def test_usage_error():
+    r = run([HOOK, "bogus"])
+    assert r.returncode == 2 and "usage:" in r.stderr
+
+
+def _bundle(tmp_path, env):
+    (tmp_path / "rootfs").mkdir()
+    spec = {"ociVersion": "1.0.2", "process": {"env": env}, "root": {"path": "rootfs"}}
+    (tmp_path / "config.json").write_text(json.dumps(spec))
+    return tmp_path
+
+
+def test_prestart_without_gpu_request_does_nothing(tmp_path):
+    bundle = _bundle(tmp_path, ["PATH=/bin"])
+    r = run([HOOK, "prestart"], stdin=json.dumps({"id": "x", "pid": 1, "bundle": str(bundle)}))
+    assert (r.returncode, r.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("state, message", [
+    ("{", "OCI state on stdin is not JSON"),
+    ('{"id": "x"}', "OCI state on stdin names no bundle"),
+])
+def test_prestart_bad_state_is_one_line(state, message):
+    r = run([HOOK, "prestart"], stdin=state)
+    assert r.returncode == 1
+    assert r.stderr.startswith("nvidia-container-runtime-hook: ") and message in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_prestart_accepts_old_bundlepath_and_reports_missing_pid(tmp_path):
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"])
+    r = run([HOOK, "prestart"], stdin=json.dumps({"id": "x", "bundlePath": str(bundle)}))
+    assert r.returncode == 1 and "OCI state on stdin has no container pid" in r.stderr
+
+
+def test_image_env_is_never_the_hooks_env(tmp_path):
+    # LD_PRELOAD in the image's env is data in config.json to the hook, never its own env:
+    # a library that does not exist would make any process it reached fail to start.
+    bundle = _bundle(tmp_path, ["LD_PRELOAD=/nonexistent/evil.so", "NVIDIA_VISIBLE_DEVICES=void"])
+    r = run([HOOK, "prestart"], stdin=json.dumps({"id": "x", "pid": 1, "bundle": str(bundle)}))
+    assert (r.returncode, r.stderr) == (0, "")
+
+
+def test_unknown_hook_warns_and_exits_0(tmp_path):
+    bundle = _bundle(tmp_path, [])
+    r = run([NVCT, "hook", "future-hook", "--x", "1"], stdin=json.dumps({"bundle": str(bundle)}))
+    assert r.returncode == 0
+    assert "unknown hook 'future-hook', ignored" in r.stderr
+
+
+def test_create_symlinks_inside_the_root(tmp_path):
+    bundle = _bundle(tmp_path, [])
+    state = json.dumps({"bundle": str(bundle), "pid": 0})
+    r = run([NVCT, "hook", "create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"],
+            stdin=state)
+    assert r.returncode == 0, r.stderr
+    assert os.readlink(bundle / "rootfs/usr/lib/x86_64-linux-gnu/libcuda.so") == "libcuda.so.1"
+    r = run([NVCT, "hook", "create-symlinks", "--link", "bad-no-separator"], stdin=state)
+    assert r.returncode == 1 and "invalid --link 'bad-no-separator'" in r.stderr
+
+
+def test_chain_runs_steps_in_order_and_chmod_validates_mode(tmp_path):
+    bundle = _bundle(tmp_path, [])
+    (bundle / "rootfs/dev/dri").mkdir(parents=True)
+    (bundle / "rootfs/dev/dri").chmod(0o700)
+    state = json.dumps({"bundle": str(bundle)})
+    r = run([NVCT, "hook", "chain", "create-symlinks", "--link", "a::/x/b", "--", "chmod", "--mode", "755",
+             "--path", "/dev/dri"], stdin=state)
+    assert r.returncode == 0, r.stderr
+    assert os.readlink(bundle / "rootfs/x/b") == "a"
+    assert (bundle / "rootfs/dev/dri").stat().st_mode & 0o777 == 0o755
+    r = run([NVCT, "hook", "chmod", "--mode", "9z", "--path", "/dev/dri"], stdin=state)
+    assert r.returncode == 1 and "invalid --mode '9z'" in r.stderr

@@ -1,0 +1,74 @@
+"""request + driver -> edits, on the simulated node."""
+
+import os
+
+import pytest
+
+from nvct import config as config_mod, injection, request as request_mod
+from nvct.driver import Driver
+
+
+@pytest.fixture(scope="module")
+def setup(sim_node):
+    config = config_mod.load(sim_node["config"])
+    return config, Driver.from_config(config)
+
+
+def edits_for(setup, env, **kw):
+    config, driver = setup
+    req = request_mod.from_env(env, config, **kw)
+    return injection.container_edits(req, driver, config, hook_path="/usr/bin/nvct")
+
+
+def test_gpu_edits_have_nodes_libraries_binaries_and_one_hook(setup, sim_node):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "1"})
+    root = sim_node["roots"]["driver_root"]
+    paths = [d.path for d in edits.device_nodes]
+    assert paths == ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
+    assert all(d.host_path == os.path.join(root, d.path.lstrip("/")) for d in edits.device_nodes)
+    mounted = {m.container_path for m in edits.mounts}
+    assert "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" in mounted
+    assert "/usr/bin/nvidia-smi" in mounted
+    assert "/run/nvidia-persistenced/socket" in mounted
+    assert "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin" in mounted
+    assert all(m.host_path == os.path.join(root, m.container_path.lstrip("/")) for m in edits.mounts)
+    assert all("ro" in m.options and "nosuid" in m.options for m in edits.mounts if "lib" in m.container_path)
+    [hook] = edits.hooks
+    assert hook.hook_name == "createContainer" and hook.path == "/usr/bin/nvct"
+    args = list(hook.args)
+    assert args[:4] == ["nvct", "hook", "chain", "create-symlinks"]
+    assert "libcuda.so.550.54.15::/usr/lib/x86_64-linux-gnu/libcuda.so.1" in args
+    assert "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so" in args
+    assert args[-3:] == ["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]
+
+
+def test_every_edit_says_why(setup):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "0:1", "NVIDIA_DRIVER_CAPABILITIES": "all"})
+    assert all(e.reason for e in edits.device_nodes + edits.mounts + edits.hooks)
+    assert any("MIG device 0:1" in d.reason for d in edits.device_nodes)
+
+
+def test_graphics_brings_drm_nodes_and_icd_files(setup):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "2", "NVIDIA_DRIVER_CAPABILITIES": "graphics,display"})
+    assert {"/dev/dri/card2", "/dev/dri/renderD130"} <= {d.path for d in edits.device_nodes}
+    assert "/usr/share/vulkan/icd.d/nvidia_icd.json" in {m.container_path for m in edits.mounts}
+
+
+def test_compat32_brings_i386_libraries(setup):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "compute,compat32"})
+    assert any(m.container_path.startswith("/usr/lib/i386-linux-gnu/libcuda.so.") for m in edits.mounts)
+
+
+def test_mig_config_and_imex_channels(setup):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "none", "NVIDIA_MIG_CONFIG_DEVICES": "0",
+                              "NVIDIA_MIG_MONITOR_DEVICES": "all", "NVIDIA_IMEX_CHANNELS": "1"}, privileged=True)
+    paths = {d.path for d in edits.device_nodes}
+    assert {"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2",
+            "/dev/nvidia-caps-imex-channels/channel1"} <= paths
+
+
+def test_missing_imex_channel_is_an_error(setup):
+    from nvct.errors import RequestError
+
+    with pytest.raises(RequestError, match="IMEX channel 7 does not exist"):
+        edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "none", "NVIDIA_IMEX_CHANNELS": "7"})

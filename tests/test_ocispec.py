@@ -1,0 +1,63 @@
+import json
+
+import pytest
+
+from nvct import ocispec
+from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
+from nvct.errors import SpecError
+
+
+def test_round_trip_keeps_unknown_fields(tmp_path):
+    spec = {"ociVersion": "1.0.2-dev", "process": {"env": ["A=1"]}, "root": {"path": "rootfs"},
+            "x-vendor": {"keep": [1, 2]}, "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO"}}}
+    (tmp_path / "config.json").write_text(json.dumps(spec))
+    loaded = ocispec.load(str(tmp_path))
+    ocispec.save(str(tmp_path), loaded)
+    assert json.loads((tmp_path / "config.json").read_text()) == spec
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]  # no temp file left
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{", "cannot read OCI spec"), ("[]", "OCI spec is not a JSON object"),
+])
+def test_bad_spec_is_one_line_naming_the_file(tmp_path, content, message):
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(SpecError, match=f"{tmp_path}/config.json: {message}"):
+        ocispec.load(str(tmp_path))
+
+
+def test_apply_edits_cdi_semantics():
+    spec = {"process": {"env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"]},
+            "mounts": [{"destination": "/usr/bin/nvidia-smi", "source": "/old", "type": "bind"}],
+            "linux": {"devices": [{"path": "/dev/nvidia0", "type": "c", "major": 1, "minor": 1}]}}
+    edits = ContainerEdits(
+        env=["NVIDIA_VISIBLE_DEVICES=void"],
+        device_nodes=[DeviceNode("/dev/nvidia0", 195, 0, file_mode=0o666)],
+        mounts=[Mount("/host/nvidia-smi", "/usr/bin/nvidia-smi", "bind", ("ro", "rbind"))],
+        hooks=[Hook("createContainer", "/usr/bin/nvct", ("nvct", "hook", "chain"))],
+        additional_gids=[44])
+    ocispec.apply_edits(spec, edits)
+    assert spec["process"]["env"] == ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]
+    assert spec["linux"]["devices"] == [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 0o666}]
+    assert spec["linux"]["resources"]["devices"] == [
+        {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]
+    assert spec["mounts"] == [{"destination": "/usr/bin/nvidia-smi", "type": "bind", "source": "/host/nvidia-smi",
+                               "options": ["ro", "rbind"]}]
+    assert spec["hooks"]["createContainer"] == [{"path": "/usr/bin/nvct", "args": ["nvct", "hook", "chain"]}]
+    assert spec["process"]["user"]["additionalGids"] == [44]
+
+
+def test_nvidia_prestart_hooks_detected_and_removed():
+    spec = {"hooks": {"prestart": [{"path": "/proc/123/exe", "args": ["libnetwork-setkey"]},
+                                   {"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["x", "prestart"]}]}}
+    assert ocispec.has_nvidia_hook(spec)
+    assert ocispec.remove_nvidia_hooks(spec) == 1
+    assert spec["hooks"]["prestart"] == [{"path": "/proc/123/exe", "args": ["libnetwork-setkey"]}]
+    assert not ocispec.has_nvidia_hook(spec)
+
+
+def test_rootfs_relative_to_bundle():
+    assert ocispec.rootfs({"root": {"path": "rootfs"}}, "/b") == "/b/rootfs"
+    assert ocispec.rootfs({"root": {"path": "/abs/r"}}, "/b") == "/abs/r"
+    with pytest.raises(SpecError, match="root.path is missing"):
+        ocispec.rootfs({}, "/b")

@@ -1,0 +1,135 @@
+"""The runtime shim as a process: passthrough, argv untouched, errors where docker shows them."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BIN = os.path.dirname(sys.executable)
+SHIM = os.path.join(BIN, "nvidia-container-runtime")
+HEAVY = ("click", "tomlkit", "yaml", "elftools", "nvct.nvml", "ctypes", "dataclasses", "logging")
+
+
+@pytest.fixture
+def fake_runc(tmp_path):
+    """A low-level runtime that records its argv and exits 0."""
+    script = tmp_path / "fake-runc"
+    script.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv\n")
+    script.chmod(0o755)
+    return script
+
+
+def _config(tmp_path, runtime, extra=""):
+    path = tmp_path / "config.toml"
+    path.write_text(f'[nvidia-container-runtime]\nruntimes = ["{runtime}"]\n{extra}')
+    return str(path)
+
+
+def _bundle(tmp_path, env):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    spec = {"ociVersion": "1.0.2-dev", "process": {"env": env, "args": ["true"]}, "root": {"path": "rootfs"}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    return bundle
+
+
+def run_shim(args, config, cwd=None):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": config}
+    return subprocess.run([SHIM, *args], env=env, cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--root", "/r", "start", "x"], ["delete", "--force", "x"],
+                                  ["state", "x"]])
+def test_other_subcommands_exec_runtime_with_argv_unchanged(tmp_path, fake_runc, args):
+    r = run_shim(args, _config(tmp_path, fake_runc))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "argv").read_text().split() == args
+
+
+def test_non_gpu_container_passes_through_with_spec_untouched(tmp_path, fake_runc):
+    bundle = _bundle(tmp_path, ["PATH=/bin"])
+    before = (bundle / "config.json").read_bytes()
+    r = run_shim(["create", "--bundle", str(bundle), "c1"], _config(tmp_path, fake_runc))
+    assert r.returncode == 0, r.stderr
+    assert (bundle / "config.json").read_bytes() == before
+    assert (tmp_path / "argv").read_text().split() == ["create", "--bundle", str(bundle), "c1"]
+
+
+def test_passthrough_imports_nothing_heavy(tmp_path, fake_runc):
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=void"])
+    code = ("import os, sys; os.execv = lambda *a: None; sys.argv = [%r];"
+            "from nvct.shim import main; main(['create', '--bundle', %r, 'x']);"
+            "print(' '.join(m for m in %r if m in sys.modules))" % (SHIM, str(bundle), HEAVY))
+    env = {"NVIDIA_CTK_CONFIG_FILE_PATH": _config(tmp_path, fake_runc), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == []
+
+
+def test_bundle_defaults_to_cwd(tmp_path, fake_runc):
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=42"])
+    r = run_shim(["create", "c1"], _config(tmp_path, fake_runc), cwd=bundle)
+    assert r.returncode == 1
+    assert "unknown device '42'" in r.stderr
+
+
+def test_errors_go_to_stderr_runc_log_and_config_log(tmp_path, fake_runc):
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=bogus"])
+    log = tmp_path / "runc-log.json"
+    debug = tmp_path / "nvct.log"
+    config = _config(tmp_path, fake_runc, f'debug = "{debug}"\n')
+    r = run_shim(["--log", str(log), "--log-format", "json", "create", "--bundle", str(bundle), "c1"], config)
+    assert r.returncode == 1
+    assert not (tmp_path / "argv").exists()  # the container was never created
+    msg = "NVIDIA_DRIVER_CAPABILITIES: unknown capability 'bogus'"
+    assert r.stderr.count("\n") == 1 and msg in r.stderr
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert last["level"] == "error" and msg in last["msg"] and last["time"].endswith("Z")
+    assert msg in debug.read_text()
+
+
+def test_bad_config_file_is_one_line(tmp_path, fake_runc):
+    config = tmp_path / "config.toml"
+    config.write_text("[nvidia-container-runtime\n")
+    r = run_shim(["--version"], str(config))
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith(f"nvidia-container-runtime: {config}: invalid TOML: line 1")
+    assert "Traceback" not in r.stderr
+
+
+def test_no_runtime_found_names_the_list(tmp_path):
+    r = run_shim(["--version"], _config(tmp_path, "no-such-runc"))
+    assert r.returncode == 1
+    assert "nvidia-container-runtime.runtimes: none of ['no-such-runc'] found" in r.stderr
+
+
+def test_legacy_mode_inserts_the_hook_once(tmp_path, fake_runc, sim_node):
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    config = tmp_path / "config.toml"
+    config.write_text(open(sim_node["config"]).read() +
+                      f'\n[nvidia-container-runtime]\nmode = "legacy"\nruntimes = ["{fake_runc}"]\n')
+    for _ in range(2):
+        r = run_shim(["create", "--bundle", str(bundle), "c1"], str(config))
+        assert r.returncode == 0, r.stderr
+    spec = json.loads((bundle / "config.json").read_text())
+    [hook] = spec["hooks"]["prestart"]
+    assert hook["path"] == os.path.join(BIN, "nvidia-container-runtime-hook")
+    assert hook["args"] == ["nvidia-container-runtime-hook", "prestart"]
+    assert hook["env"] == [f"NVIDIA_CTK_CONFIG_FILE_PATH={config}"]
+
+
+def test_jit_cdi_mode_writes_devices_mounts_and_hides_env(tmp_path, fake_runc, sim_node):
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=1", "X=1"])
+    config = tmp_path / "config.toml"
+    config.write_text(open(sim_node["config"]).read() +
+                      f'\n[nvidia-container-runtime]\nmode = "jit-cdi"\nruntimes = ["{fake_runc}"]\n')
+    r = run_shim(["create", "--bundle", str(bundle), "c1"], str(config))
+    assert r.returncode == 0, r.stderr
+    spec = json.loads((bundle / "config.json").read_text())
+    assert spec["process"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void", "X=1"]
+    assert "/dev/nvidia1" in [d["path"] for d in spec["linux"]["devices"]]
+    assert {"allow": True, "type": "c", "major": 195, "minor": 1, "access": "rwm"} in spec["linux"]["resources"]["devices"]
+    [hook] = spec["hooks"]["createContainer"]
+    assert os.path.isabs(hook["path"]) and hook["args"][:3] == ["nvct", "hook", "chain"]
+    assert spec["ociVersion"] == "1.0.2-dev" and spec["root"] == {"path": "rootfs"}
