@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -104,3 +105,22 @@ def test_rpm_takes_the_place_of_the_nvidia_container_toolkit(rpm):
     assert set(TOOLKIT_PACKAGES[:2]) <= set(rpm.query("--provides").split())
     assert "libnvidia-container-tools" not in rpm.query("--provides")
     assert rpm.query("--obsoletes").strip() == ""  # never replaced on a plain upgrade
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (rpm sets file owners)")
+def test_rpm_keeps_a_config_it_does_not_own_and_an_edited_one_on_erase(rpm, tmp_path):
+    # Into a private root, scripts and dependencies left out: rpm's own file handling.
+    root = tmp_path / "root"
+    conf = root / CONFFILE[1:]
+    conf.parent.mkdir(parents=True)
+    conf.write_text("left by the NVIDIA Container Toolkit\n")
+    rpm_cmd = ["rpm", "--root", str(root), "--nodeps", "--noscripts"]
+    run([*rpm_cmd[:3], "--initdb"], env=BUILD_ENV).check()
+    run([*rpm_cmd, "-i", str(rpm.path)], env=BUILD_ENV, timeout=60).check()
+    assert conf.read_text() == "left by the NVIDIA Container Toolkit\n"
+    assert (root / (CONFFILE[1:] + ".rpmnew")).read_bytes() == rpm.payload[CONFFILE]
+    for program in PROGRAMS:
+        assert (root / "usr/bin" / program).is_file()
+    run([*rpm_cmd, "-e", "nvct"], env=BUILD_ENV, timeout=60).check()
+    assert not (root / "usr/bin/nvct").exists()
+    assert (root / (CONFFILE[1:] + ".rpmsave")).read_text() == "left by the NVIDIA Container Toolkit\n"

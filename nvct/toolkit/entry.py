@@ -1,0 +1,62 @@
+"""What the installed wrappers run: ``python3 -I <this file> PROGRAM WRAPPER [ARGS...]``.
+
+``-I`` keeps the environment (PYTHONPATH, user site-packages, the current
+directory) out of the import path; this file puts the copy of nvct it lives
+in (and the dependencies beside it) first. ``WRAPPER`` becomes ``argv[0]``,
+so nvct sees the wrapper's path as its own: the shim never picks itself as
+the low-level runtime. ``PROGRAM --check`` is the installer's test that
+the host's Python can run nvct at all.
+"""
+
+import os
+import sys
+
+PROGRAMS = {
+    "nvidia-container-runtime": "nvct.shim",
+    "nvidia-container-runtime-hook": "nvct.hook",
+    "nvct": "nvct.cli",
+}
+#: Needed at run time, beyond the standard library (tomllib is standard from 3.11).
+DEPENDENCIES = ("click", "yaml", "elftools", "prctl")
+MINIMUM_PYTHON = (3, 9)
+
+
+def python_dir() -> str:
+    """``lib/python``: three levels up from ``nvct/toolkit/entry.py``."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.dirname(os.path.dirname(here))
+
+
+def check() -> int:
+    """Import everything nvct needs; say what is missing. Exit status 0 only if all is there."""
+    missing = []
+    if sys.version_info < MINIMUM_PYTHON:
+        missing.append("Python >= %d.%d (this is %s)" % (MINIMUM_PYTHON + (sys.version.split()[0],)))
+    wanted = ("nvct",) + DEPENDENCIES + (() if sys.version_info >= (3, 11) else ("tomlkit",))
+    for name in wanted:
+        try:
+            __import__(name)
+        except Exception as e:  # noqa: BLE001 - an extension built for another Python raises more than ImportError
+            missing.append("%s (%s: %s)" % (name, type(e).__name__, e))
+    if missing:
+        sys.stderr.write("missing: %s\n" % "; ".join(missing))
+        return 1
+    sys.stdout.write("ok: Python %s at %s\n" % (sys.version.split()[0], sys.executable))
+    return 0
+
+
+def main() -> int:
+    if len(sys.argv) < 3 or sys.argv[1] not in PROGRAMS:
+        sys.stderr.write("usage: python3 -I %s {%s} WRAPPER [ARGS...]\n" % (sys.argv[0], ",".join(PROGRAMS)))
+        return 2
+    sys.path.insert(0, python_dir())
+    program = sys.argv[1]
+    sys.argv = sys.argv[2:]
+    if sys.argv[1:] == ["--check"]:
+        return check()
+    module = __import__(PROGRAMS[program], fromlist=["main"])
+    return module.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The installed executables: small sh scripts that run the host's python3 on the copied nvct.
+
+Each sets ``NVIDIA_CTK_CONFIG_FILE_PATH`` to the installed config, puts the
+toolkit directory first on ``PATH`` and ``lib`` first on ``LD_LIBRARY_PATH``,
+then execs ``python3 -I`` on :mod:`nvct.toolkit.entry`. The runtime wrappers
+first check that the NVIDIA kernel module is loaded -- ``driver/nvidia/version``
+under the proc root (``$NVCT_PROC_ROOT``, else the installed one), or, for
+the real ``/proc``, ``/sys/module/nvidia`` -- and until it is, exec the
+low-level runtime directly, so a node whose driver is not up yet still runs
+containers (as the reference's wrappers do; they read ``/proc/modules``,
+which not every kernel has).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from nvct.toolkit.layout import Layout
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def runtime_wrapper(layout: Layout, suffix: str, mode: str | None, *, python: str, fallback: str,
+                    proc_root: str = "/proc") -> str:
+    """``nvidia-container-runtime[.suffix]``: the shim with its config, or ``fallback`` without a driver."""
+    name = _name(layout.runtime(suffix), layout)
+    return "".join([
+        _header(name, f"mode {mode!r}" if mode else "the configured mode"),
+        "# Until the NVIDIA kernel module is loaded, containers run on the low-level runtime alone.\n",
+        f"proc_root=${{NVCT_PROC_ROOT:-{_q(proc_root or '/proc')}}}\n",
+        'if [ ! -e "$proc_root/driver/nvidia/version" ] && '
+        '{ [ "$proc_root" != /proc ] || [ ! -d /sys/module/nvidia ]; }; then\n',
+        f'    echo "{name}: the NVIDIA kernel module is not loaded ($proc_root/driver/nvidia/version '
+        f'is missing): running {_escape_dq(fallback)} directly" >&2\n',
+        f'    exec {_q(fallback)} "$@"\n',
+        "fi\n",
+        _exec(layout, layout.config(mode), "nvidia-container-runtime", layout.runtime(suffix), python),
+    ])
+
+
+def tool_wrapper(layout: Layout, program: str, *, python: str) -> str:
+    """``nvidia-container-runtime-hook`` or ``nvct`` (``program``), with the installed config."""
+    path = layout.hook if program == "nvidia-container-runtime-hook" else layout.nvct
+    return _header(_name(path, layout), None) + _exec(layout, layout.config(), program, path, python)
+
+
+def _header(name: str, mode: str | None) -> str:
+    what = f" ({mode})" if mode else ""
+    return (f"#!/bin/sh\n# {name}{what}: written by `nvct toolkit install`, removed when it stops.\n"
+            "# Runs nvct with the host's python3 (see docs/installer.md).\n")
+
+
+def _exec(layout: Layout, config: str, program: str, self_path: str, python: str) -> str:
+    return (f"export NVIDIA_CTK_CONFIG_FILE_PATH={_q(config)}\n"
+            f'export PATH={_q(layout.root)}:"${{PATH:-{DEFAULT_PATH}}}"\n'
+            f'export LD_LIBRARY_PATH={_q(layout.lib_dir)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
+            f'exec {_q(python)} -I {_q(layout.entry)} {program} {_q(self_path)} "$@"\n')
+
+
+def _name(path: str, layout: Layout) -> str:
+    return path[len(layout.root) + 1:]
+
+
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def _escape_dq(value: str) -> str:
+    """``value`` inside a double-quoted sh string."""
+    return "".join("\\" + c if c in '"$`\\' else c for c in value)
