@@ -104,6 +104,12 @@ class Options:
         """What nvct.runtimes can do with ``--config-source``: the first source that names one."""
         return self.config_sources[0]
 
+    def seen_from_here(self, host_path: str) -> str:
+        """Where the installer sees a host path: ``/`` is the host root; others are mounted as they are."""
+        if os.path.normpath(host_path) == "/":
+            return self.host_root or "/"
+        return host_path
+
     def resolved(self) -> "Options":
         """A copy with per-engine defaults filled in; bad combinations are a ConfigError."""
         if self.runtime not in ENGINE_DEFAULTS:
@@ -114,8 +120,10 @@ class Options:
         out.config = self.config or config
         out.socket = self.socket or socket
         out.restart_mode = self.restart_mode or restart_mode
-        out.driver_root_ctr_path = self.driver_root_ctr_path or self.driver_root
-        out.dev_root_ctr_path = self.dev_root_ctr_path or self.dev_root or "/"
+        if not os.path.isdir(out.host_root or "/"):
+            out.host_root = "/"  # not in a container, or the host's root is not mounted
+        out.driver_root_ctr_path = self.driver_root_ctr_path or out.seen_from_here(self.driver_root)
+        out.dev_root_ctr_path = self.dev_root_ctr_path or out.seen_from_here(self.dev_root or "/")
         if out.enable_cdi_in_runtime is None:
             out.enable_cdi_in_runtime = self.cdi_enabled
         out._check()

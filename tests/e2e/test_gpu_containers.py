@@ -113,3 +113,16 @@ def test_satisfied_requirement_starts(tmp_path, sim_node, rootfs, gpu_runtimes):
                      command="echo started")
     assert result.rc == 0, result.describe()
     assert result.stdout.strip() == "started"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_device_cgroup_allows_exactly_the_injected_nodes(tmp_path, sim_node, rootfs, gpu_runtimes, mode):
+    # cgroup v1 (this machine): jit-cdi has runc write the rules, legacy has the hook write devices.allow.
+    if not os.path.exists("/sys/fs/cgroup/devices/devices.list"):
+        pytest.skip("needs the cgroup v1 devices controller (this check reads devices.list)")
+    uvm = sim_node["device_majors"]["nvidia-uvm"]
+    result = run_gpu(tmp_path, sim_node, rootfs, runtime="runc", mode=mode, env=["NVIDIA_VISIBLE_DEVICES=1"],
+                     command=f"grep -E '^c (195|{uvm}):' /sys/fs/cgroup/devices/devices.list")
+    assert result.rc == 0, result.describe()
+    assert set(result.stdout.split("\n")) - {""} == {
+        "c 195:1 rwm", "c 195:255 rwm", "c 195:254 rwm", f"c {uvm}:0 rwm", f"c {uvm}:1 rwm"}

@@ -1,0 +1,362 @@
+"""``nvct explain``: what a container would get, and why -- computed by the shim's own code.
+
+The spec is changed with :func:`nvct.modes.modify` on a copy, exactly as the
+shim changes it on a container start, so what explain prints is what the
+shim would write. In legacy mode the shim only inserts the prestart hook; the
+hook then computes, inside the starting container, the same
+:func:`nvct.injection.container_edits` that jit-cdi writes into the spec, and
+explain shows those too. Nothing is written and no container is created.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from nvct import modes
+from nvct.edits import ContainerEdits, with_reason
+from nvct.errors import NvctError, RequestError
+from nvct.request import VISIBLE_DEVICES
+
+#: Where NVIDIA_REQUIRE_* conditions are enforced, per mode.
+ENFORCED_BY = {"legacy": "the prestart hook", "jit-cdi": "the shim", "cdi": None}
+
+DEFAULT_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_ENV_REASONS = {
+    "jit-cdi": {f"{VISIBLE_DEVICES}=void": "jit-cdi: the GPUs are in the spec already, so no NVIDIA hook "
+                                           "may inject them a second time"},
+}
+
+
+@dataclass
+class Explanation:
+    """Everything ``nvct explain`` prints; ``error`` is the one line the shim would fail with."""
+
+    configured_mode: str
+    before: dict
+    after: dict | None = None
+    request: Any = None
+    mode: str | None = None
+    why: str = ""
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
+    env_reasons: dict[str, str] = field(default_factory=dict)
+    #: legacy mode: what the hook does inside the container.
+    inside: ContainerEdits | None = None
+    requirements: list = field(default_factory=list)
+    requirements_note: str = ""
+    error: str | None = None
+
+
+def spec_from_options(env: Sequence[str] = (), *, privileged: bool = False,
+                      mounts: Sequence[str] = (), annotations: Sequence[str] = (),
+                      base: dict | None = None) -> dict:
+    """An OCI spec as a container engine would pass it (``base``, or a minimal one) plus options.
+
+    ``env`` and ``annotations`` are ``K=V``; ``mounts`` are ``SRC:DST`` bind mounts
+    (how device plugins list devices: ``/dev/null:/var/run/nvidia-container-devices/0``).
+    """
+    spec = copy.deepcopy(base) if base is not None else {
+        "ociVersion": "1.0.2",
+        "process": {"args": ["sh"], "env": [DEFAULT_ENV], "cwd": "/",
+                    "capabilities": {"bounding": ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]}},
+        "root": {"path": "rootfs"},
+        "mounts": [],
+        "linux": {},
+    }
+    process = spec.setdefault("process", {})
+    if env:
+        from nvct.ocispec import merge_env
+
+        process["env"] = merge_env(process.get("env") or [], [_pair(e, "-e") and e for e in env])
+    if privileged:
+        caps = process.setdefault("capabilities", {})
+        if isinstance(caps, list):
+            caps.append("CAP_SYS_ADMIN")
+        else:
+            for kind in ("bounding", "effective", "permitted"):
+                if "CAP_SYS_ADMIN" not in caps.setdefault(kind, []):
+                    caps[kind].append("CAP_SYS_ADMIN")
+    for m in mounts:
+        src, sep, dst = m.partition(":")
+        if not sep or not src or not dst.startswith("/"):
+            raise RequestError(f"--mount {m!r}: expected SRC:DST with an absolute DST")
+        spec.setdefault("mounts", []).append({"destination": dst, "type": "bind", "source": src,
+                                              "options": ["rbind", "ro"]})
+    for a in annotations:
+        key, value = _pair(a, "--annotation")
+        spec.setdefault("annotations", {})[key] = value
+    return spec
+
+
+def explain(spec: dict, config, *, driver=None) -> Explanation:
+    """What the shim (and, in legacy mode, the hook) would do to ``spec`` under ``config``."""
+    from nvct import request as request_mod
+
+    result = Explanation(configured_mode=config.mode, before=copy.deepcopy(spec))
+    try:
+        result.request = request_mod.from_spec(spec, config)
+    except NvctError as e:
+        result.error = str(e)
+        return result
+    if not result.request.is_gpu:
+        result.why = _no_gpu_reason(result.request, config)
+        result.after = copy.deepcopy(spec)
+        return result
+    try:
+        result.mode, result.why = modes.resolve_mode(config.mode, result.request)
+    except NvctError as e:
+        result.error = str(e)
+        return result
+    if result.mode != "cdi":
+        from nvct.driver import Driver
+
+        driver = driver or Driver.from_config(config)
+    after = copy.deepcopy(spec)
+    try:
+        modification = modes.modify(after, result.request, config, driver=driver)
+        result.after = after
+        result.edits = modification.edits
+        if result.mode == "legacy":
+            result.why = modification.why
+            if modification.edits.hooks:
+                from nvct import injection
+
+                result.inside = injection.container_edits(result.request, driver, config)
+        elif result.mode == "cdi":
+            _cdi_reasons(result, config)
+    except NvctError as e:
+        result.error = str(e)
+    result.env_reasons = dict(_ENV_REASONS.get(result.mode, {}))
+    if result.mode == "cdi":
+        result.env_reasons.update({e: "from the CDI spec" for e in result.edits.env})
+    _requirements(result, config, driver)
+    return result
+
+
+def _no_gpu_reason(request, config) -> str:
+    value = request.env.get(VISIBLE_DEVICES)
+    if value is None:
+        seen = f"{VISIBLE_DEVICES} is not set"
+    elif value.strip() in ("", "void"):
+        seen = f"{VISIBLE_DEVICES}={value!r}"
+    else:
+        seen = (f"{VISIBLE_DEVICES} is ignored in an unprivileged container "
+                f"(accept-nvidia-visible-devices-envvar-when-unprivileged = false)")
+    return f"no GPU requested ({seen}): the shim passes the container through untouched"
+
+
+def _cdi_reasons(result: Explanation, config) -> None:
+    """Say which spec file and device each edit of cdi mode came from."""
+    from nvct.cdi import modes as cdi_modes
+    from nvct.cdi.registry import Registry, container_edits
+
+    wanted = cdi_modes.requested_names(result.request, config)
+    if any(n.startswith(cdi_modes.AUTOMATIC_KIND + "=") for n in wanted):
+        _fill_reasons(result.edits, {}, f"generated for this request ({cdi_modes.AUTOMATIC_KIND})")
+        return
+    dirs = config.get(cdi_modes.SPEC_DIRS_KEY) or ()
+    registry = Registry([dirs] if isinstance(dirs, str) else dirs)
+    reasons: dict = {}
+    for name in wanted:
+        device = registry.devices.get(name)
+        if device is None:
+            continue
+        for edits, why in ((container_edits(device.edits, device.spec.path), f"CDI device {name} ({device.spec.path})"),
+                           (container_edits(device.spec.edits, device.spec.path),
+                            f"common edits of CDI spec {device.spec.path}")):
+            for item in edits.device_nodes + edits.mounts + edits.hooks:
+                reasons.setdefault(item, why)
+    _fill_reasons(result.edits, reasons, "from a CDI spec")
+
+
+def _fill_reasons(edits: ContainerEdits, reasons: dict, default: str) -> None:
+    edits.device_nodes = [n if n.reason else with_reason(n, reasons.get(n, default)) for n in edits.device_nodes]
+    edits.mounts = [m if m.reason else with_reason(m, reasons.get(m, default)) for m in edits.mounts]
+    edits.hooks = [h if h.reason else with_reason(h, reasons.get(h, default)) for h in edits.hooks]
+
+
+def _requirements(result: Explanation, config, driver) -> None:
+    request = result.request
+    if not request.requirements:
+        return
+    from nvct import requirements
+    from nvct.driver import Driver
+
+    enforced = ENFORCED_BY.get(result.mode)
+    result.requirements_note = (f"enforced by {enforced}" if enforced else
+                                f"not enforced in {result.mode} mode")
+    driver = driver or Driver.from_config(config)
+    props: set[str] = set()
+    try:
+        for name, expr in request.requirements:
+            props |= requirements.parse(expr, name=name).properties
+        gpus = []
+        if ("arch" in props or "brand" in props) and result.mode != "cdi":
+            from nvct.injection import selection_for
+
+            gpus = selection_for(request, driver, config).all_parents()
+        try:
+            facts = driver.requirement_facts(gpus, "cuda" in props, bool(gpus))
+        except NvctError as e:
+            facts = requirements.DriverFacts(driver=_version_or_none(driver))
+            result.requirements_note += f"; CUDA version and devices unknown ({e}): their conditions hold"
+        result.requirements = requirements.explain(dict(request.env), facts,
+                                                   disable_require=request.disable_require)
+    except NvctError as e:
+        result.requirements_note += f"; {e}"
+
+
+def _version_or_none(driver) -> str | None:
+    try:
+        return driver.version
+    except NvctError:
+        return None
+
+
+def spec_diff(result: Explanation) -> str:
+    """The config.json change as a unified diff of the pretty-printed specs."""
+    if result.after is None:
+        return ""
+    before = json.dumps(result.before, indent=2).splitlines(keepends=True)
+    after = json.dumps(result.after, indent=2).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, "config.json", "config.json (as the shim writes it)"))
+
+
+def to_json(result: Explanation, *, diff: bool = False) -> dict:
+    out: dict[str, Any] = {
+        "configured_mode": result.configured_mode,
+        "mode": result.mode,
+        "why": result.why,
+        "request": _request_json(result.request),
+        "edits": _edits_json(result.edits, result.env_reasons),
+        "inside": _edits_json(result.inside, {}) if result.inside is not None else None,
+        "requirements": {
+            "note": result.requirements_note,
+            "checks": [{"variable": name, "expression": expr, "holds": any(all(h for _, h in alt) for alt in alts),
+                        "alternatives": [[{"condition": c, "holds": h} for c, h in alt] for alt in alts]}
+                       for name, expr, alts in result.requirements],
+        },
+        "error": result.error,
+    }
+    if result.mode == "legacy" and result.inside is not None:
+        out["inside_note"] = ("legacy mode: the shim only inserts the prestart hook; at container start the "
+                              "hook does 'inside' in the container (the same edits jit-cdi writes into the spec)")
+    if diff:
+        out["diff"] = spec_diff(result)
+    return out
+
+
+def _request_json(request) -> dict | None:
+    if request is None:
+        return None
+    return {
+        "devices": list(request.devices) if request.devices is not None else None,
+        "source": request.source,
+        "capabilities": list(request.capabilities),
+        "requirements": [list(r) for r in request.requirements],
+        "disable_require": request.disable_require,
+        "mig_config": list(request.mig_config),
+        "mig_monitor": list(request.mig_monitor),
+        "imex_channels": list(request.imex_channels),
+        "features": sorted(request.features),
+        "privileged": request.privileged,
+        "legacy_image": request.legacy_image,
+    }
+
+
+def _edits_json(edits: ContainerEdits, env_reasons: dict) -> dict:
+    out = edits.to_json()
+    if edits.env:
+        out["envReasons"] = {e: env_reasons.get(e, "") for e in edits.env}
+    return out
+
+
+def render_text(result: Explanation, *, diff: bool = False) -> str:
+    lines = []
+    request = result.request
+    if request is not None:
+        lines.append("request:  " + _request_line(request))
+    if result.mode:
+        lines.append(f"mode:     {result.mode} ({result.why})")
+    elif result.why:
+        lines.append(f"mode:     none: {result.why}")
+    if result.error:
+        lines.append(f"error:    the container would not start: {result.error}")
+    if result.mode == "legacy" and result.edits.hooks:
+        lines.append("the shim inserts:")
+        lines += _edit_lines(result.edits, {})
+        if result.inside is not None:
+            lines.append("the hook then does, inside the container at start (the same edits jit-cdi "
+                         "writes into the spec):")
+            lines += _edit_lines(result.inside, {})
+    elif result.mode == "legacy":
+        lines.append(f"the shim changes nothing: {result.why}")
+    elif result.mode and not result.error:
+        lines.append("the shim writes into config.json:")
+        lines += _edit_lines(result.edits, result.env_reasons)
+    if result.requirements or result.requirements_note:
+        lines.append(f"requirements ({result.requirements_note}):")
+        for name, expr, alts in result.requirements:
+            verdict = "ok" if any(all(h for _, h in alt) for alt in alts) else "FAILS"
+            detail = " | ".join(", ".join(f"{c} {'ok' if h else 'fails'}" for c, h in alt) for alt in alts)
+            lines.append(f"  {name}={expr!r}: {verdict} ({detail})")
+    if diff:
+        lines.append(spec_diff(result).rstrip("\n") or "(config.json unchanged)")
+    return "\n".join(lines) + "\n"
+
+
+def _request_line(request) -> str:
+    if request.devices is None:
+        devices = "none asked for"
+    else:
+        devices = ", ".join(request.devices) if request.devices else "none (driver files only)"
+    parts = [f"devices {devices} (from {request.source})",
+             f"capabilities {','.join(request.capabilities)}"]
+    if request.privileged:
+        parts.append("privileged")
+    if request.features:
+        parts.append("features " + ",".join(sorted(request.features)))
+    if request.mig_config or request.mig_monitor:
+        parts.append(f"MIG config {','.join(request.mig_config) or '-'}, monitor {','.join(request.mig_monitor) or '-'}")
+    if request.imex_channels:
+        parts.append("IMEX channels " + ",".join(request.imex_channels))
+    if request.legacy_image:
+        parts.append("legacy image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA)")
+    return "; ".join(parts)
+
+
+def _edit_lines(edits: ContainerEdits, env_reasons: dict) -> list[str]:
+    lines = []
+    if edits.device_nodes:
+        lines.append(f"  device nodes ({len(edits.device_nodes)}):")
+        for n in edits.device_nodes:
+            mode = f" {n.file_mode:04o}" if n.file_mode is not None else ""
+            host = f" <- {n.host_path}" if n.host_path and n.host_path != n.path else ""
+            lines.append(f"    {n.path} {n.type} {n.major}:{n.minor}{mode}{host}  # {n.reason}")
+    if edits.mounts:
+        lines.append(f"  mounts ({len(edits.mounts)}):")
+        for m in edits.mounts:
+            host = f" <- {m.host_path}" if m.host_path != m.container_path else ""
+            lines.append(f"    {m.container_path}{host} ({','.join(m.options)})  # {m.reason}")
+    if edits.env:
+        lines.append(f"  env ({len(edits.env)}):")
+        lines += [f"    {e}" + (f"  # {env_reasons[e]}" if env_reasons.get(e) else "") for e in edits.env]
+    if edits.hooks:
+        lines.append(f"  hooks ({len(edits.hooks)}):")
+        for h in edits.hooks:
+            env = f" env {' '.join(h.env)}" if h.env else ""
+            lines.append(f"    {h.hook_name}: {h.path} {' '.join(h.args[1:])}{env}  # {h.reason}")
+    if not lines:
+        lines.append("  nothing")
+    return lines
+
+
+def _pair(item: str, option: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise RequestError(f"{option} {item!r}: expected KEY=VALUE")
+    return key, value
