@@ -71,7 +71,9 @@ def spec_from_options(env: Sequence[str] = (), *, privileged: bool = False,
     if env:
         from nvct.ocispec import merge_env
 
-        process["env"] = merge_env(process.get("env") or [], [_pair(e, "-e") and e for e in env])
+        for item in env:
+            _pair(item, "-e")
+        process["env"] = merge_env(process.get("env") or [], list(env))
     if privileged:
         caps = process.setdefault("capabilities", {})
         if isinstance(caps, list):
@@ -126,6 +128,7 @@ def explain(spec: dict, config, *, driver=None) -> Explanation:
                 from nvct import injection
 
                 result.inside = injection.container_edits(result.request, driver, config)
+                modes.check_requirements(result.request, driver, config)
         elif result.mode == "cdi":
             _cdi_reasons(result, config)
     except NvctError as e:

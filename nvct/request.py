@@ -155,24 +155,10 @@ def from_env(env: Mapping[str, str], config: Config, *, privileged: bool = False
 
 
 def is_qualified_cdi_name(name: str) -> bool:
-    """``vendor.com/class=device``: vendor and class well-formed, device non-empty."""
-    kind, sep, device = name.partition("=")
-    if not sep or not device:
-        return False
-    vendor, slash, cls = kind.partition("/")
-    return bool(slash) and _valid_vendor(vendor) and _valid_class(cls)
+    """``vendor.com/class=device``, by the CDI library's rules (nvct.cdi.names)."""
+    from nvct.cdi.names import is_qualified
 
-
-def _valid_vendor(vendor: str) -> bool:
-    if not vendor or not vendor[0].isalpha() or not vendor[-1].isalnum():
-        return False
-    return all(c.isalnum() or c in "-_." for c in vendor)
-
-
-def _valid_class(cls: str) -> bool:
-    if not cls or not cls[0].isalpha() or not cls[-1].isalnum():
-        return False
-    return all(c.isalnum() or c in "-_" for c in cls)
+    return is_qualified(name)
 
 
 def _visible_devices(env, config, privileged, mounts, annotations, legacy):

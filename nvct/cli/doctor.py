@@ -30,4 +30,4 @@ def doctor_command(ctx, as_json, deep, docker_config, docker_socket, docker_pidf
                              containerd_config=containerd_config, crio_dir=crio_dir, cdi_dirs=tuple(cdi_dirs))
     findings = doctor.run(options)
     click.echo(doctor.render_json(findings) if as_json else doctor.render_text(findings), nl=False)
-    ctx.exit(doctor.exit_code(findings))
+    raise SystemExit(doctor.exit_code(findings))

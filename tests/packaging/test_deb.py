@@ -15,7 +15,9 @@ import pytest
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.support.bundle import make_bundle, read_config
 from tests.support.proc import SYSTEM_PATH, run
-from tests.support.rootfs import BUSYBOX, make_rootfs
+from tests.support.image import ImageSpec, build_image_tar
+from tests.support.podman import PODMAN, Podman
+from tests.support.rootfs import BUSYBOX, base_rootfs, make_rootfs
 from tests.support.runtimes import RUNC, create_start_delete
 
 from nvct import config
@@ -28,6 +30,8 @@ SITE = "/usr/lib/python3/dist-packages"
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container-tools")
 APT_ENV = {**BUILD_ENV, "DEBIAN_FRONTEND": "noninteractive"}
+#: What the test containers run: the GPU's device node is there, libcuda loads.
+GPU_CHECK = "test -c /dev/nvidia0 && echo has-nvidia0 && dlopen-probe libcuda.so.1"
 APT = ["apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=120"]
 
 
@@ -180,21 +184,24 @@ def _simulated_node(directory: Path) -> str:
 def _gpu_container(tmp: Path, name: str, config_path: str):
     """Run a container asking for GPU 0 through the installed runtime; return result, spec."""
     bundle = tmp / name
-    make_bundle(bundle, make_rootfs(bundle), [
-        "/bin/sh", "-c", "test -c /dev/nvidia0 && echo has-nvidia0 && dlopen-probe libcuda.so.1"],
-        ["NVIDIA_VISIBLE_DEVICES=0"])
+    make_bundle(bundle, make_rootfs(bundle), ["/bin/sh", "-c", GPU_CHECK],
+                ["NVIDIA_VISIBLE_DEVICES=0"])
     result = create_start_delete(["/usr/bin/nvidia-container-runtime"], bundle, timeout=60,
                                  env={"PATH": SYSTEM_PATH, "NVIDIA_CTK_CONFIG_FILE_PATH": config_path})
     return result, read_config(bundle)
 
 
 def _check_gpu_container(result, spec, hook_program: str) -> None:
+    _check_gpu_output(result)
+    hooks = [h["path"] for stage in spec.get("hooks", {}).values() for h in stage]
+    assert f"/usr/bin/{hook_program}" in hooks, hooks  # the installed programs did the work
+
+
+def _check_gpu_output(result) -> None:
     assert result.ok, result.describe()
     lines = result.stdout.splitlines()
     assert "has-nvidia0" in lines, result.describe()
     assert any(line.startswith("ok libcuda.so.1 /") for line in lines), result.describe()
-    hooks = [h["path"] for stage in spec.get("hooks", {}).values() for h in stage]
-    assert f"/usr/bin/{hook_program}" in hooks, hooks  # the installed programs did the work
 
 
 def _user_edit(text: str) -> str:
@@ -264,6 +271,26 @@ def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path)
         run(["dpkg", "-i", str(deb.path)], env=APT_ENV, timeout=300).check()
         assert config.parse_toml(Path(CONFFILE).read_bytes(), CONFFILE) == edited
         assert "# debugging node 7" in Path(CONFFILE).read_text()
+
+
+@pytest.mark.skipif(not os.access(PODMAN, os.X_OK), reason=f"needs {PODMAN}")
+@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
+@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
+                    reason=f"needs {BUSYBOX} and gcc (the test image)")
+@needs_root_and_apt
+def test_podman_runs_the_packaged_hook_from_its_default_hooks_directory(deb, tmp_path):
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    node_config = _simulated_node(tmp_path / "node")
+    image = ImageSpec()
+    build_image_tar(base_rootfs(), tmp_path / "image.tar", image.name, image.tag)
+    with _installed(deb):
+        # hooks.d hooks get exactly the file's env (PATH): the hook reads the installed config.
+        Path(CONFFILE).write_text(Path(node_config).read_text())
+        with Podman(runtime=RUNC) as podman:  # podman's own default hooks directory
+            podman.load(tmp_path / "image.tar")
+            result = podman.run(["--rm", "-e", "NVIDIA_VISIBLE_DEVICES=0", image.qualified_ref,
+                                 "sh", "-c", GPU_CHECK])
+        _check_gpu_output(result)
 
 
 @needs_root_and_apt

@@ -1,0 +1,36 @@
+"""``nvct explain``: what a container would get in the configured mode, and why; writes nothing."""
+
+from __future__ import annotations
+
+import click
+
+from nvct.cli import load_config
+
+
+@click.command("explain", help="Show what a GPU container would get: the mode and why, the resolved request, "
+               "every device node, mount, env var and hook with its reason, and NVIDIA_REQUIRE_* verdicts. "
+               "Give a bundle (its config.json) or describe the container with -e/--mount/--annotation. "
+               "Nothing is written; exit status 1 if the container would not start.")
+@click.option("--bundle", metavar="DIR", help="An OCI bundle: its config.json is read, never written.")
+@click.option("-e", "--env", "env", multiple=True, metavar="K=V", help="An env var of the container; repeatable.")
+@click.option("--privileged", is_flag=True, help="The container has CAP_SYS_ADMIN.")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC:DST", help="A bind mount; repeatable.")
+@click.option("--annotation", "annotations", multiple=True, metavar="K=V", help="An annotation; repeatable.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print the config.json change as a unified diff.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff, as_json):
+    import json
+
+    from nvct import explain, ocispec
+
+    if not bundle and not env:
+        raise click.UsageError("give --bundle DIR, or the container's env with -e K=V")
+    base = ocispec.load(bundle) if bundle else None
+    spec = explain.spec_from_options(env, privileged=privileged, mounts=mounts, annotations=annotations, base=base)
+    result = explain.explain(spec, load_config(ctx))
+    if as_json:
+        click.echo(json.dumps(explain.to_json(result, diff=show_diff), indent=2))
+    else:
+        click.echo(explain.render_text(result, diff=show_diff), nl=False)
+    raise SystemExit(1 if result.error else 0)

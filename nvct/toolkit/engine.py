@@ -1,0 +1,210 @@
+"""The container engine's side of an installation: its config, and its daemon picking it up.
+
+The config is edited through :mod:`nvct.runtimes` (``nvidia``,
+``nvidia-cdi`` and ``nvidia-legacy`` in one transaction, undone from its
+record, byte for byte). How the daemon learns of it (``--restart-mode``):
+
+* docker, ``signal``: SIGHUP to dockerd (found through its socket), then
+  ``GET /info`` until the runtimes show. dockerd keeps ``runtimes`` and
+  ``default-runtime`` when it reloads a file without them -- and 20.10 panics
+  at a later reload whose runtimes lack the default it kept -- so removal
+  first reloads the original file with ``"runtimes": {}`` and
+  ``"default-runtime": "runc"`` made explicit, then puts the original bytes
+  back (same effective settings, no reload needed);
+* containerd, ``signal``: containerd (1.6, 1.7) ignores SIGHUP; nvct says
+  that it must be restarted and does not send it;
+* ``systemd``: ``systemctl restart <unit>`` on the host (through ``chroot
+  --host-root``); cri-o supports only this (its default) or ``none``;
+* ``none``: nothing; the daemon applies the change at its next restart.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Callable
+
+from nvct import runtimes
+from nvct.errors import NvctError
+from nvct.fileutil import write_atomic
+from nvct.runtimes.document import JsonDocument
+from nvct.runtimes.engine import read_file
+from nvct.toolkit import daemons
+from nvct.toolkit.layout import Layout
+from nvct.toolkit.options import Options
+
+#: What the reference appends to the engine's own low-level runtimes.
+DEFAULT_LOW_LEVEL = ("runc", "crun")
+
+
+class EngineSetup:
+    """Configure ``opts.runtime`` for the toolkit at ``layout``, and undo it."""
+
+    def __init__(self, opts: Options, layout: Layout, log: Callable[[str], None]):
+        self.opts = opts
+        self.layout = layout
+        self.log = log
+        self.runtimes = layout.runtimes(opts.nvidia_runtime_name)
+
+    # --- what the installed config needs from the engine ---
+    def low_level_runtimes(self) -> list[str]:
+        """``--nvidia-container-runtime.runtimes``, else the engine's default/runc/crun binaries + runc, crun."""
+        if self.opts.low_level_runtimes:
+            return list(self.opts.low_level_runtimes)
+        found: list[str] = []
+        if not self.opts.no_runtime_config and not self._hook_mode:
+            found = runtimes.low_level_runtime_paths(self.opts.runtime, self.opts.config, **self._source())
+        return list(dict.fromkeys(found + list(DEFAULT_LOW_LEVEL)))
+
+    # --- install / remove ---
+    def setup(self) -> None:
+        opts = self.opts
+        if self._hook_mode:
+            self._report(runtimes.configure_hook(self._hook_file, self.layout.hook))
+            return
+        drop_in = runtimes.DEFAULT if opts.drop_in_config is None else opts.drop_in_config
+        if opts.runtime == "docker" and opts.drop_in_config:
+            self.log(f"ignoring --drop-in-config={opts.drop_in_config}: docker reads no drop-in files")
+            drop_in = runtimes.DEFAULT
+        change = runtimes.configure(
+            opts.runtime, opts.config, self.runtimes,
+            set_default=opts.nvidia_runtime_name if opts.set_as_default else None,
+            cdi=bool(opts.enable_cdi_in_runtime) and opts.runtime != "crio", drop_in=drop_in,
+            options=runtimes.Options(
+                runtime_type=opts.runtime_type,
+                container_annotations=[p + "*" for p in opts.cdi_annotation_prefixes],
+                runtime_overrides=opts.runtime_config_override,
+                drop_in_host_path=opts.drop_in_config_host_path),
+            **self._source())
+        self._report(change)
+        self._apply(signal_attempts=opts.signal_attempts, configured=True)
+
+    def cleanup(self) -> None:
+        opts = self.opts
+        if self._hook_mode:
+            self._report(runtimes.unconfigure_hook(self._hook_file))
+            return
+        drop_in = runtimes.DEFAULT if opts.drop_in_config is None or opts.runtime == "docker" else opts.drop_in_config
+        change = runtimes.unconfigure(opts.runtime, opts.config, tuple(self.runtimes), drop_in=drop_in)
+        self._report(change)
+        if opts.runtime == "docker" and opts.restart_mode == "signal":
+            self._reload_docker_after_removal()
+        else:
+            self._apply(signal_attempts=1, configured=False)
+
+    # --- the daemon ---
+    def _apply(self, *, signal_attempts: int, configured: bool) -> None:
+        opts = self.opts
+        if opts.restart_mode == "none":
+            self.log(f"not restarting {opts.runtime} (--restart-mode=none): it applies {opts.config} "
+                     f"when it next restarts")
+            return
+        if opts.restart_mode == "systemd":
+            argv = daemons.systemctl_restart(opts.service, opts.host_root)
+            self.log(f"restarted {opts.service}: {' '.join(argv)}")
+        elif opts.runtime == "containerd":
+            self.log(f"containerd does not reload its config on SIGHUP: restart containerd to apply "
+                     f"{opts.config} (or run with --restart-mode=systemd)")
+            return
+        else:
+            self._sighup(signal_attempts)
+        if opts.runtime == "docker":
+            if configured:
+                default = opts.nvidia_runtime_name if opts.set_as_default else None
+                self._wait_docker(present=set(self.runtimes), default=default)
+            else:
+                self._wait_docker(absent=set(self.runtimes), default=self._default_in_file())
+
+    def _reload_docker_after_removal(self) -> None:
+        """Reload dockerd without leaving it on a runtime that is gone (see the module's docstring)."""
+        path = self.opts.config
+        original = read_file(path)
+        doc = JsonDocument(path, original)
+        data = doc.data()
+        interim = "runtimes" not in data or "default-runtime" not in data
+        if interim:
+            doc.set(("runtimes",), data.get("runtimes", {}))
+            doc.set(("default-runtime",), data.get("default-runtime", "runc"))
+            write_atomic(path, doc.render())
+        try:
+            self._sighup(1)
+            self._wait_docker(absent=set(self.runtimes), default=doc.get(("default-runtime",)))
+        except NvctError as e:
+            self.log(f"warning: {e}; restart dockerd before it next reloads its config")
+        finally:
+            if interim:
+                _restore(path, original)
+
+    def _sighup(self, attempts: int) -> None:
+        opts = self.opts
+        for attempt in range(1, attempts + 1):
+            try:
+                pid = daemons.daemon_pid(opts.socket, opts.runtime_pid_file)
+                os.kill(pid, signal.SIGHUP)
+            except (daemons.DaemonError, OSError) as e:
+                why = str(e) if isinstance(e, NvctError) else f"signal: {e.strerror}"
+                if attempt == attempts:
+                    raise daemons.DaemonError(f"cannot signal {opts.runtime}: {why}") from None
+                self.log(f"cannot signal {opts.runtime} yet (attempt {attempt}/{attempts}): {why}")
+                time.sleep(opts.signal_backoff)
+                continue
+            self.log(f"sent SIGHUP to {opts.runtime} (pid {pid}, found through "
+                     f"{opts.runtime_pid_file or opts.socket})")
+            return
+
+    def _wait_docker(self, *, present: set = frozenset(), absent: set = frozenset(),
+                     default: str | None = None) -> None:
+        deadline = time.monotonic() + self.opts.reload_timeout
+        last = "no answer"
+        while True:
+            try:
+                info = daemons.docker_info(self.opts.socket)
+                names = set(info.get("Runtimes") or {})
+                current = info.get("DefaultRuntime")
+                if present <= names and not absent & names and default in (None, current):
+                    self.log(f"dockerd applied {self.opts.config}: runtimes {', '.join(sorted(names))}; "
+                             f"default {current}")
+                    return
+                last = f"runtimes {', '.join(sorted(names))}; default {current}"
+            except daemons.DaemonError as e:
+                last = str(e)
+            if time.monotonic() > deadline:
+                raise daemons.DaemonError(f"dockerd did not apply {self.opts.config} within "
+                                          f"{self.opts.reload_timeout:g}s ({last}); see dockerd's log")
+            time.sleep(0.1)
+
+    # --- helpers ---
+    @property
+    def _hook_mode(self) -> bool:
+        return self.opts.runtime == "crio" and self.opts.crio_config_mode == "hook"
+
+    @property
+    def _hook_file(self) -> str:
+        return os.path.join(self.opts.crio_hooks_dir, self.opts.crio_hook_filename)
+
+    def _source(self) -> dict:
+        source = "file" if self.opts.runtime == "docker" else self.opts.config_source
+        return {"config_source": source, "executable": self.opts.executable_path if source == "command" else None}
+
+    def _default_in_file(self) -> str:
+        data = JsonDocument(self.opts.config, read_file(self.opts.config)).data()
+        return data.get("default-runtime", "runc")
+
+    def _report(self, change) -> None:
+        for note in change.notes:
+            self.log(note)
+        if not change.changed:
+            self.log(f"{change.anchor}: already as wanted")
+        for path in change.written:
+            self.log(f"{'removed' if not os.path.exists(path) else 'wrote'} {path}")
+
+
+def _restore(path: str, original: bytes | None) -> None:
+    if original is None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    else:
+        write_atomic(path, original)
