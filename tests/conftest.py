@@ -44,3 +44,9 @@ def sim_node_535(tmp_path_factory):
 def sim_node_570(tmp_path_factory):
     """Driver 570.124.06 (open kernel module era), MIG on GPU 0."""
     return _node(tmp_path_factory, driver_version="570.124.06")
+
+
+@pytest.fixture(scope="session")
+def sim_node_64(tmp_path_factory):
+    """The benchmark shape: 64 GPUs on synthetic buses."""
+    return _node(tmp_path_factory, gpus=64)

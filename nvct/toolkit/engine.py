@@ -58,7 +58,8 @@ class EngineSetup:
         return list(dict.fromkeys(found + list(DEFAULT_LOW_LEVEL)))
 
     # --- install / remove ---
-    def setup(self) -> None:
+    def configure(self) -> None:
+        """Write the engine's config (and the undo record beside it)."""
         opts = self.opts
         if self._hook_mode:
             self._report(runtimes.configure_hook(self._hook_file, self.layout.hook))
@@ -78,9 +79,14 @@ class EngineSetup:
                 drop_in_host_path=opts.drop_in_config_host_path),
             **self._source())
         self._report(change)
-        self._apply(signal_attempts=opts.signal_attempts, configured=True)
+
+    def apply(self) -> None:
+        """Make the daemon pick the configured runtimes up."""
+        if not self._hook_mode:
+            self._apply(signal_attempts=self.opts.signal_attempts, configured=True)
 
     def cleanup(self) -> None:
+        """Put the engine's config back as it was, and make the daemon forget the runtimes."""
         opts = self.opts
         if self._hook_mode:
             self._report(runtimes.unconfigure_hook(self._hook_file))
