@@ -13,6 +13,8 @@ APT_PACKAGES=(
   runc crun busybox-static
   docker.io containerd podman conmon catatonit containernetworking-plugins
   python3-grpcio python3-protobuf
+  build-essential dpkg-dev debhelper dh-python python3-all pybuild-plugin-pyproject lintian
+  rpm python3-build python3-installer python3-wheel
   iproute2 util-linux
 )
 

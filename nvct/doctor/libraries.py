@@ -101,9 +101,20 @@ def _capability(ctx: Context, capability: str, libs: list[_Lib]):
             # Several keys (libcuda.so.1, libcuda.so) may lead to one file: name the longest.
             if lib.real not in other or len(lib.key) > len(other[lib.real].key):
                 other[lib.real] = lib
+    by_version: dict = {}
     for lib in other.values():
-        yield fail(id, f"{lib.key} ({lib.arch}) resolves to {lib.real}, of driver {lib.version or '?'}, but the "
-                   f"kernel module is {version}: containers do not get it", _mismatch_fix(ctx, lib))
+        by_version.setdefault(lib.version, []).append(lib)
+    for found, group in sorted(by_version.items(), key=lambda item: str(item[0])):
+        if len(group) == 1:
+            lib = group[0]
+            yield fail(id, f"{lib.key} ({lib.arch}) resolves to {lib.real}, of driver {found or '?'}, but the "
+                       f"kernel module is {version}: containers do not get it", _mismatch_fix(ctx, lib))
+            continue
+        names = sorted(f"{lib.key} ({lib.arch})" for lib in group)
+        yield fail(id, f"{len(group)} {capability} libraries are of driver {found or '?'}, but the kernel module "
+                   f"is {version}: containers do not get {_some(names)}",
+                   f"install driver {version}'s user-space libraries (or, if driver {found} was just installed, "
+                   f"reboot to load its module), then {_ldconfig(ctx)}")
     for lib in dangling:
         yield warn(id, f"{ctx.driver.ldcache_path} lists {lib.key} => {lib.link}, which does not exist",
                    _ldconfig(ctx))
@@ -173,6 +184,12 @@ def check_uncached(ctx: Context):
                    f"{', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}", _ldconfig(ctx))
     else:
         yield ok("libraries.uncached", f"every driver {ctx.version} library on disk is in the cache")
+
+
+def _some(items, shown: int = 4) -> str:
+    items = list(items)
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
 
 
 def _on_disk(ctx: Context, soname: str) -> str | None:

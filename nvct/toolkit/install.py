@@ -1,0 +1,206 @@
+"""One installation: the steps of ``nvct toolkit install``, each with its undo.
+
+1. the toolkit tree (wrappers, configs, a copy of nvct), assembled beside
+   ``<install-dir>/toolkit`` and swapped in whole, so an upgrade never
+   leaves a half-written tree where running daemons look for it;
+2. a check that the host's python3 runs the copy (the wrappers depend on it);
+3. with ``--cdi-enabled``: the control device nodes and a management CDI spec;
+4. the engine's config, then the daemon told about it.
+
+A failing step undoes the ones before it, as does :meth:`Installation.uninstall`
+(the installer's SIGTERM): the engine's config goes back byte for byte,
+the spec and the toolkit tree are removed. Device nodes stay (they belong
+to the node, not to the installation).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Callable
+
+from nvct.errors import NvctError
+from nvct.toolkit import configfile, payload, wrappers
+from nvct.toolkit.engine import EngineSetup
+from nvct.toolkit.layout import RUNTIME_MODES, Layout
+from nvct.toolkit.options import Options
+
+HOST_CHECK_TIMEOUT_S = 60
+
+
+class Interrupted(NvctError):
+    """A stop signal came during the installation (what was done is undone)."""
+
+
+def stderr_log(message: str) -> None:
+    sys.stderr.write(f"nvct toolkit: {message}\n")
+    sys.stderr.flush()
+
+
+class Installation:
+    """``Installation(opts).install()``, later ``.uninstall()``."""
+
+    def __init__(self, opts: Options, log: Callable[[str], None] = stderr_log):
+        self.opts = opts.resolved()
+        self.log = log
+        self.layout = Layout.for_install_dir(self.opts.install_dir)
+        self.engine = EngineSetup(self.opts, self.layout, log)
+        self.cdi_spec: str | None = None
+        self._undo: list = []
+
+    def install(self, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Every step; when one fails (or ``should_stop()``), the ones done are undone and it re-raises."""
+        opts = self.opts
+        steps = [(self._install_files, self._remove_files), (self._check_host, None)]
+        if opts.cdi_enabled:
+            if "control" in opts.create_device_nodes and not {"", "none"} & set(opts.create_device_nodes):
+                steps.append((self._create_device_nodes, None))
+            if opts.cdi_output_dir:
+                steps.append((self._write_cdi_spec, self._remove_cdi_spec))
+        if not opts.no_runtime_config:
+            steps += [(self.engine.configure, self.engine.cleanup), (self.engine.apply, None)]
+        try:
+            for do, undo in steps:
+                if should_stop():
+                    raise Interrupted("stopped by a signal during the installation")
+                do()
+                if undo is not None:
+                    self._undo.append(undo)
+        except BaseException:
+            self.uninstall()
+            raise
+
+    def uninstall(self) -> None:
+        """Undo every step done, last first; carry on past failures, then report them."""
+        errors = []
+        while self._undo:
+            undo = self._undo.pop()
+            try:
+                undo()
+            except NvctError as e:
+                errors.append(str(e))
+                self.log(f"error: {e}")
+            except OSError as e:
+                errors.append(f"{e.filename or ''}: {e.strerror or e}")
+                self.log(f"error: {errors[-1]}")
+        if errors:
+            raise NvctError(f"could not undo everything: {'; '.join(errors)}")
+
+    # --- the toolkit tree ---
+    def _install_files(self) -> None:
+        final = self.layout
+        parent = os.path.dirname(final.root)
+        runtimes = self.engine.low_level_runtimes()
+        try:
+            os.makedirs(parent, mode=0o755, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix=".toolkit-new-", dir=parent)
+        except OSError as e:
+            raise NvctError(f"{parent}: cannot create the install directory: {e.strerror}") from None
+        try:
+            self._populate(final.moved(staging), runtimes)
+            os.chmod(staging, 0o755)
+            _swap_in(staging, final.root)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self.log(f"installed the toolkit in {final.root} (low-level runtimes: {', '.join(runtimes)})")
+
+    def _populate(self, into: Layout, runtimes: list) -> None:
+        opts, final = self.opts, self.layout
+        payload.copy_python(into.python_dir)
+        values = configfile.settings(opts, final, runtimes)
+        os.makedirs(into.config_dir, mode=0o755)
+        for mode in (None,) + tuple(m for m in RUNTIME_MODES.values() if m):
+            _write(into.config(mode), configfile.render(values, mode), 0o644)
+        for suffix, mode in RUNTIME_MODES.items():
+            _write(into.runtime(suffix), wrappers.runtime_wrapper(
+                final, suffix, mode, python=opts.python, fallback=runtimes[0], proc_root=opts.proc_root), 0o755)
+        _write(into.hook, wrappers.tool_wrapper(final, "nvidia-container-runtime-hook", python=opts.python), 0o755)
+        _write(into.nvct, wrappers.tool_wrapper(final, "nvct", python=opts.python), 0o755)
+
+    def _remove_files(self) -> None:
+        if os.path.isdir(self.layout.root) and not os.path.islink(self.layout.root):
+            shutil.rmtree(self.layout.root)
+            self.log(f"removed {self.layout.root}")
+
+    def _check_host(self) -> None:
+        self.log(check_host_python(self.layout, self.opts.python, self.opts.host_root))
+
+    # --- CDI for management containers ---
+    def _create_device_nodes(self) -> None:
+        from nvct import system
+
+        proc_root = self.opts.proc_root or "/proc"
+        for action in system.create_device_nodes(system.control_nodes(proc_root), self.opts.dev_root_ctr_path):
+            self.log(str(action))
+
+    def _write_cdi_spec(self) -> None:
+        from nvct.cdi import generate, names, spec as spec_mod, transform
+        from nvct.driver import Driver
+
+        opts = self.opts
+        vendor, cls = names.split_kind(opts.cdi_kind)
+        driver = Driver(opts.driver_root_ctr_path, opts.dev_root_ctr_path, opts.proc_root or "/proc")
+        raw = generate.generate(driver, hook_path=self.layout.nvct, vendor=vendor, cls=cls, mode="management")
+        moves = {opts.driver_root_ctr_path: opts.driver_root, opts.dev_root_ctr_path: opts.dev_root or "/"}
+        for seen, host in moves.items():
+            if os.path.normpath(seen) != os.path.normpath(host):
+                transform.transform_root(raw, seen, host)
+        self.cdi_spec = spec_mod.save(raw, os.path.join(opts.cdi_output_dir, f"{vendor}-{cls}.yaml"), "yaml")
+        self.log(f"wrote the CDI spec {self.cdi_spec} ({opts.cdi_kind})")
+
+    def _remove_cdi_spec(self) -> None:
+        if self.cdi_spec:
+            try:
+                os.unlink(self.cdi_spec)
+            except FileNotFoundError:
+                pass
+            self.log(f"removed {self.cdi_spec}")
+
+
+def check_host_python(layout: Layout, python: str, host_root: str = "/") -> str:
+    """Run the installed copy of nvct with the host's ``python`` (chrooted into ``host_root``); its report."""
+    argv = [python, "-I", layout.entry, "nvct", layout.nvct, "--check"]
+    if os.path.normpath(host_root or "/") != "/":
+        argv = ["chroot", host_root] + argv
+    how = " ".join(argv)
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=HOST_CHECK_TIMEOUT_S,
+                              env={"PATH": wrappers.DEFAULT_PATH, "LANG": "C.UTF-8"}, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NvctError(f"the host cannot run nvct ({how}: {getattr(e, 'strerror', None) or e}); "
+                        f"the host needs python3 >= 3.9 (--python)") from None
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
+        raise NvctError(f"the host cannot run nvct ({how}: {lines[-1] if lines else f'exit {proc.returncode}'}); "
+                        f"the host needs python3 >= 3.9 with python3-prctl (see docs/installer.md)")
+    return "host check: " + proc.stdout.decode(errors="replace").strip()
+
+
+def _write(path: str, text: str, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def _swap_in(staging: str, root: str) -> None:
+    """Replace ``root`` with ``staging``: two renames, so the tree is never partly written."""
+    if os.path.islink(root) or (os.path.lexists(root) and not os.path.isdir(root)):
+        raise NvctError(f"{root}: exists and is not a directory; remove it first")
+    old = None
+    if os.path.exists(root):
+        old = tempfile.mkdtemp(prefix=".toolkit-old-", dir=os.path.dirname(root))
+        os.rename(root, os.path.join(old, "toolkit"))
+    try:
+        os.rename(staging, root)
+    except OSError:
+        if old:
+            os.rename(os.path.join(old, "toolkit"), root)
+            os.rmdir(old)
+        raise
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
