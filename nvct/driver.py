@@ -173,15 +173,17 @@ class Driver:
     @functools.cached_property
     def majors(self) -> dict[str, int]:
         majors = procfs.char_majors(self.proc_root)
-        logger.debug("read %s/devices: nvidia majors %s", self.proc_root,
-                     {k: v for k, v in majors.items() if k.startswith("nvidia")})
+        if logger.is_enabled_for("debug"):
+            logger.debug("read %s/devices: nvidia majors %s", self.proc_root,
+                         {k: v for k, v in majors.items() if k.startswith("nvidia")})
         return majors
 
     @functools.cached_property
     def gpus(self) -> tuple[Gpu, ...]:
         infos = [g for g in procfs.gpus(self.proc_root) if not g.excluded]
-        logger.debug("read %s/driver/nvidia/gpus/*/information: %d GPU(s) %s", self.proc_root, len(infos),
-                     " ".join(f"{g.bus_id}={g.uuid}" for g in infos))
+        if logger.is_enabled_for("debug"):
+            logger.debug("read %s/driver/nvidia/gpus/*/information: %d GPU(s) %s", self.proc_root, len(infos),
+                         " ".join(f"{g.bus_id}={g.uuid}" for g in infos))
         minors = None
         out = []
         for index, info in enumerate(infos):
@@ -295,7 +297,7 @@ class Driver:
                 continue
             real = resolve_in_root(self.driver_root, entry.value)
             if real is None or real in seen or not real.endswith("." + version):
-                if real not in seen:
+                if real not in seen and logger.is_enabled_for("debug"):
                     logger.debug("skipping %s => %s (%s): %s", entry.key, entry.value, entry.arch,
                                  "missing under the driver root" if real is None
                                  else f"{real} is not of driver {version}")

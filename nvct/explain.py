@@ -105,7 +105,7 @@ def explain(spec: dict, config, *, driver=None) -> Explanation:
         result.error = str(e)
         return result
     if not result.request.is_gpu:
-        result.why = _no_gpu_reason(result.request, config)
+        result.why = _no_gpu_reason(result.request)
         result.after = copy.deepcopy(spec)
         return result
     try:
@@ -140,7 +140,7 @@ def explain(spec: dict, config, *, driver=None) -> Explanation:
     return result
 
 
-def _no_gpu_reason(request, config) -> str:
+def _no_gpu_reason(request) -> str:
     value = request.env.get(VISIBLE_DEVICES)
     if value is None:
         seen = f"{VISIBLE_DEVICES} is not set"
@@ -324,7 +324,8 @@ def _request_line(request) -> str:
     if request.features:
         parts.append("features " + ",".join(sorted(request.features)))
     if request.mig_config or request.mig_monitor:
-        parts.append(f"MIG config {','.join(request.mig_config) or '-'}, monitor {','.join(request.mig_monitor) or '-'}")
+        parts.append(f"MIG config {','.join(request.mig_config) or '-'}, "
+                     f"monitor {','.join(request.mig_monitor) or '-'}")
     if request.imex_channels:
         parts.append("IMEX channels " + ",".join(request.imex_channels))
     if request.legacy_image:

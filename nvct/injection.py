@@ -115,7 +115,8 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str) -> ContainerEd
 
 
 def in_container_steps(driver: Driver, libraries, caps) -> list[str]:
-    """The hook chain: create-symlinks, enable-cuda-compat, update-ldcache (one process)."""
+    """The hook chain, one process: create-symlinks, enable-cuda-compat, update-ldcache,
+    disable-device-node-modification."""
     links = []
     folders: list[str] = []
     names = set()
@@ -138,6 +139,8 @@ def in_container_steps(driver: Driver, libraries, caps) -> list[str]:
         steps.append(["enable-cuda-compat", "--host-driver-version", driver.version])
     if folders:
         steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)])
+    # Keeps libcuda from creating device nodes in the container (a no-op without /proc/driver/nvidia).
+    steps.append(["disable-device-node-modification"])
     return join_steps(steps)
 
 

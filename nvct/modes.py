@@ -56,7 +56,7 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None) -> Mo
 
     logger.debug("request %r; mode %s: %s", request, mode, why)
     if mode == "legacy":
-        return _legacy(spec, config, why)
+        return _legacy(spec, config, why, request)
     if mode == "cdi":
         from nvct.cdi import modes as cdi_modes
 
@@ -79,16 +79,17 @@ def _apply(spec: dict[str, Any], edits: ContainerEdits) -> None:
     ocispec.apply_edits(spec, edits)
 
 
-def _legacy(spec: dict[str, Any], config, why: str) -> Modification:
+def _legacy(spec: dict[str, Any], config, why: str, request: Request) -> Modification:
+    devices = request.devices or ()  # what the hook will inject: for the log line
     if ocispec.has_nvidia_hook(spec):
-        return Modification("legacy", why + "; an NVIDIA prestart hook is already present")
+        return Modification("legacy", why + "; an NVIDIA prestart hook is already present", devices=devices)
     env = []
     if config.path:
         env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
     hook = Hook("prestart", legacy_hook_path(config), (HOOK_NAME, "prestart"), tuple(env),
                 reason="legacy mode: the hook injects the GPU inside the container")
     ocispec.add_hook(spec, hook)
-    return Modification("legacy", why, ContainerEdits(hooks=[hook]))
+    return Modification("legacy", why, ContainerEdits(hooks=[hook]), devices)
 
 
 def legacy_hook_path(config) -> str:

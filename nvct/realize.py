@@ -72,10 +72,20 @@ def _mask_procfs(root, driver: Driver, visible) -> None:
     gpus_dir = "/proc/driver/nvidia/gpus"
     if not root.exists(gpus_dir):
         return
+    from nvct import rootfs as rootfs_mod
+
     host_gpus = os.path.join(driver.proc_root, "driver/nvidia/gpus")
-    root.mount_tmpfs(gpus_dir, "mode=0555,size=0")
+    root.mount_tmpfs(gpus_dir, "mode=0555")
     for gpu in visible:
         source = os.path.join(host_gpus, gpu.bus_id)
         if os.path.isdir(source):
             root.bind_mount(source, f"{gpus_dir}/{gpu.bus_id}", readonly=True, nosuid=True,
                             nodev=True, noexec=True, is_dir=True)
+    # Then the tmpfs itself goes read-only: the container cannot add GPUs back.
+    fd = root.open(gpus_dir)
+    try:
+        rootfs_mod.mount(None, f"/proc/self/fd/{fd}", None,
+                         rootfs_mod.MS_REMOUNT | rootfs_mod.MS_RDONLY | rootfs_mod.MS_NOSUID
+                         | rootfs_mod.MS_NODEV | rootfs_mod.MS_NOEXEC, None)
+    finally:
+        os.close(fd)

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 
 from nvct import procfs
-from nvct.driver import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
+from nvct.driver import CTL_MINOR, MODESET_MINOR
 from nvct.errors import DriverError
 
 UVM_MINOR = 0

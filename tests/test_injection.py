@@ -39,7 +39,8 @@ def test_gpu_edits_have_nodes_libraries_binaries_and_one_hook(setup, sim_node):
     assert args[:4] == ["nvct", "hook", "chain", "create-symlinks"]
     assert "libcuda.so.550.54.15::/usr/lib/x86_64-linux-gnu/libcuda.so.1" in args
     assert "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so" in args
-    assert args[-3:] == ["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]
+    assert args[-5:] == ["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu", "--",
+                         "disable-device-node-modification"]
 
 
 def test_every_edit_says_why(setup):

@@ -41,9 +41,10 @@ def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kerne
         _warn("nothing to do: pass --control-devices to create the control device nodes")
         return
     dev_root = dev_root or root or config.dev_root
+    nodes = system.control_nodes(config.proc_root)
     for name in system.missing_modules(config.proc_root):
         _warn(f"{config.proc_root}/devices: no {name} device (module not loaded): its nodes are skipped")
-    _report(system.create_device_nodes(system.control_nodes(config.proc_root), dev_root, dry_run=dry_run))
+    _report(system.create_device_nodes(nodes, dev_root, dry_run=dry_run))
 
 
 @system_group.command("create-dev-char-symlinks",

@@ -73,8 +73,8 @@ def _fresh(ctx: Context, spec):
     versions = sorted({v for e in edits for v in _versions(e)})
     if ctx.version and any(v != ctx.version for v in versions):
         problems += 1
-        yield fail("cdi.fresh", f"{spec.path} was made for driver {', '.join(v for v in versions if v != ctx.version)}, "
-                   f"the kernel module is {ctx.version}", fix)
+        other = ", ".join(v for v in versions if v != ctx.version)
+        yield fail("cdi.fresh", f"{spec.path} was made for driver {other}, the kernel module is {ctx.version}", fix)
     wrong = sorted({_node_mismatch(n) for e in edits for n in e.get("deviceNodes") or ()} - {None})
     if wrong:
         problems += 1

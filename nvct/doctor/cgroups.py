@@ -57,9 +57,10 @@ def check_version(ctx: Context):
     mode = ctx.config.mode if ctx.config is not None else "auto"
     fix = ("use jit-cdi (or cdi) mode: " + ctx.set_command("nvidia-container-runtime.mode", "jit-cdi")
            if mode == "legacy" else "keep the mode (" + mode + ")")
+    verdict = "the configured mode is legacy" if mode == "legacy" else f"mode {mode} works"
     yield warn("cgroup.version",
                f"cgroup v2 only ({path}): nvct's hook cannot grant device access there, so docker --gpus "
-               f"and legacy mode fail ({'the configured mode is legacy' if mode == 'legacy' else 'mode ' + mode + ' works'})",
+               f"and legacy mode fail ({verdict})",
                fix + "; run GPU containers with --runtime=nvidia (or --device nvidia.com/gpu=...) instead of --gpus")
 
 

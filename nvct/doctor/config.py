@@ -30,14 +30,14 @@ def check_roots(ctx: Context):
         return
     config = ctx.config
     bad = False
-    for what, key, root, inside in (
-            ("driver root", "nvidia-container-cli.root", config.driver_root, "usr"),
-            ("dev root", "nvct.dev-root", config.dev_root, "dev"),
-            ("proc root", "nvct.proc-root", config.proc_root, None)):
+    for what, key, root, inside, holds in (
+            ("driver root", "nvidia-container-cli.root", config.driver_root, "usr", "the driver's files"),
+            ("dev root", "nvct.dev-root", config.dev_root, "dev", "the driver's dev/ nodes"),
+            ("proc root", "nvct.proc-root", config.proc_root, None, "the host's /proc")):
         if not os.path.isdir(root):
             bad = True
             yield fail("config.roots", f"{what} {root} ({key}) does not exist",
-                       ctx.set_command(key, "<directory>") + f" (the directory that holds the {what[:-5]})")
+                       ctx.set_command(key, "<directory>") + f" (where {holds} are)")
         elif inside and not os.path.isdir(os.path.join(root, inside)):
             bad = True
             yield fail("config.roots", f"{what} {root} ({key}) has no {inside}/",

@@ -117,7 +117,7 @@ def check_char_links(ctx: Context):
     absent = [n for n in nodes if os.path.exists(n.host_path) and not _links_to(char_dir, n, ctx.driver.dev_root)]
     fix = _CHAR_LINKS_FIX
     if ctx.driver.dev_root not in ("", "/"):
-        fix += f" --dev-char-path {char_dir}"
+        fix += f" --dev-root {ctx.driver.dev_root}"
     if absent:
         yield warn("devices.char-links",
                    f"no {char_dir}/M:m link for {_some(f'{n.major}:{n.minor}' for n in absent)}: "
@@ -194,10 +194,11 @@ def _describe(st: os.stat_result) -> str:
 
 def _mknod_commands(nodes) -> str:
     dirs = sorted({os.path.dirname(n.host_path) for n in nodes})
-    parts = [f"mkdir -p {' '.join(dirs)}"] if any("/nvidia-caps" in d for d in dirs) else []
+    dirs = [d for d in dirs if not os.path.isdir(d)]
+    parts = [f"mkdir -p {' '.join(dirs)}"] if dirs else []
     for n in nodes:
-        mode = n.file_mode if n.file_mode is not None else 0o666
-        parts.append(f"mknod -m {mode:o} {n.host_path} c {n.major} {n.minor}")
+        mode = "444" if "/nvidia-caps/" in n.path else "666"  # the driver's defaults
+        parts.append(f"mknod -m {mode} {n.host_path} c {n.major} {n.minor}")
     return " && ".join(parts)
 
 

@@ -102,7 +102,12 @@ def _nvml_version_finding(ctx: Context, nvml_version: str):
 
 def _nvml_devices(ctx: Context, nvml):
     procfs_uuids = [g.uuid for g in ctx.gpus or ()]
-    uuids = [nvml.uuid(nvml.handle_by_index(i)) for i in range(nvml.device_count())]
+    try:
+        uuids = [nvml.uuid(nvml.handle_by_index(i)) for i in range(nvml.device_count())]
+    except NvctError as e:
+        yield fail("driver.nvml-devices", f"NVML cannot list the GPUs: {e}",
+                   "check the kernel log (dmesg | grep NVRM): a GPU may have fallen off the bus")
+        return
     if sorted(uuids) != sorted(procfs_uuids):
         missing = sorted(set(procfs_uuids) - set(uuids))
         yield fail("driver.nvml-devices", f"NVML sees {len(uuids)} GPU(s), procfs {len(procfs_uuids)}"

@@ -115,9 +115,9 @@ def _capability(ctx: Context, capability: str, libs: list[_Lib]):
                    f"is {version}: containers do not get {_some(names)}",
                    f"install driver {version}'s user-space libraries (or, if driver {found} was just installed, "
                    f"reboot to load its module), then {_ldconfig(ctx)}")
-    for lib in dangling:
-        yield warn(id, f"{ctx.driver.ldcache_path} lists {lib.key} => {lib.link}, which does not exist",
-                   _ldconfig(ctx))
+    if dangling:
+        yield warn(id, f"{ctx.driver.ldcache_path} lists {_some(f'{lib.key} => {lib.link}' for lib in dangling)}, "
+                   f"which do not exist", _ldconfig(ctx))
     if other or dangling:
         return
     if not good:
@@ -146,10 +146,11 @@ def check_required(ctx: Context):
         for id, _, _ in REQUIRED.values():
             yield ctx.skipped(id, "no ld cache or no driver version (see above)")
         return
-    present = {lib.key for lib in _scan(ctx) if lib.arch == "x86_64" and lib.real}
+    cache = ctx.driver.ldcache_path
     for soname, (id, capability, symptom) in REQUIRED.items():
-        if soname in present:
-            yield ok(id, f"{soname} is in {ctx.driver.ldcache_path}")
+        entries = [lib for lib in _scan(ctx) if lib.arch == "x86_64" and lib.key == soname]
+        if any(lib.real for lib in entries):
+            yield ok(id, f"{soname} is in {cache}")
             continue
         on_disk = _on_disk(ctx, soname)
         if on_disk:
@@ -158,7 +159,11 @@ def check_required(ctx: Context):
         else:
             fix = f"install driver {ctx.version}'s {capability} libraries ({soname}), then {_ldconfig(ctx)}"
             where = ""
-        yield fail(id, f"{soname} is not in {ctx.driver.ldcache_path}{where}: {symptom}", fix)
+        if entries:
+            seen = f"{cache} lists {soname} => {entries[0].link}, which does not exist{where}"
+        else:
+            seen = f"{soname} is not in {cache}{where}"
+        yield fail(id, f"{seen}: {symptom}", fix)
 
 
 def check_uncached(ctx: Context):

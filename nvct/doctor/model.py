@@ -178,9 +178,3 @@ class Context:
 
     def skipped(self, id: str, why: str) -> Finding:
         return info(id, f"not checked: {why}")
-
-
-def shell_join(argv) -> str:
-    import shlex
-
-    return " ".join(shlex.quote(a) for a in argv)

@@ -98,7 +98,8 @@ def check_docker_gpus(ctx: Context):
                    f"[[gpu]]'", _link_hook_fix(path) + ", then restart dockerd (it looks the hook up once, at start)")
         return
     started = _start_time(pid)
-    if started is not None and os.lstat(hook).st_ctime > started:
+    # The start time is known to a second (the kernel's btime is whole seconds): no warning inside it.
+    if started is not None and os.lstat(hook).st_ctime > started + 1.0:
         yield warn("runtime.docker-gpus", f"{hook} appeared after dockerd (pid {pid}) started, and dockerd "
                    f"looks for it only at start: docker run --gpus may fail until it restarts",
                    "restart dockerd")
@@ -188,7 +189,8 @@ def check_containerd(ctx: Context):
             found.runtimes[name] = (binary if isinstance(binary, str) and binary else None, file)
         if isinstance(cri.get("default_runtime_name"), str):
             found.default = (cri["default_runtime_name"], file)
-    yield from _engine("runtime.containerd", "containerd", found, ctx.options.default_path, builtin=(),
+    # containerd's built-in CRI config defines runc, whatever the file says.
+    yield from _engine("runtime.containerd", "containerd", found, ctx.options.default_path, builtin=("runc",),
                        configure=f"nvct runtime configure --runtime containerd --config {path}",
                        apply="then restart containerd")
 
@@ -247,7 +249,8 @@ def _engine(id: str, engine: str, found: _Runtimes, path_env: str, *, builtin, c
     if found.default and found.default[0] not in found.runtimes and found.default[0] not in builtin:
         name, file = found.default
         yield fail(id, f"{file}: the default runtime {name!r} is not defined ({engine} cannot run containers)",
-                   f"{configure} --set-as-default; {apply}")
+                   f"make the default a defined runtime in {file} (the NVIDIA one: {configure} --set-as-default); "
+                   f"{apply}")
     nvidia = found.nvidia()
     if not nvidia:
         yield warn(id, f"{where} defines no NVIDIA runtime (runtimes: {', '.join(found.runtimes) or 'none'})",

@@ -27,6 +27,10 @@ class DaemonError(NvctError):
     """The daemon could not be found, signalled, asked or restarted."""
 
 
+class RefusedPid(DaemonError):
+    """The socket names a process that must not be signalled (trying again will not help)."""
+
+
 def peer_credentials(path: str, timeout: float = 5.0) -> tuple[int, int, int]:
     """(pid, uid, gid) of the process serving the unix socket at ``path``."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -53,13 +57,13 @@ def daemon_pid(socket_path: str, pid_file: str | None = None) -> int:
     else:
         pid, source = peer_credentials(socket_path)[0], socket_path
     if pid == 0:
-        raise DaemonError(f"{source}: the daemon is outside this pid namespace "
+        raise RefusedPid(f"{source}: the daemon is outside this pid namespace "
                           f"(in a pod the installer needs hostPID: true)")
     if pid == 1:
-        raise DaemonError(f"{source}: served by pid 1 (systemd socket activation?): refusing to signal it; "
+        raise RefusedPid(f"{source}: served by pid 1 (systemd socket activation?): refusing to signal it; "
                           f"use --restart-mode=systemd or --runtime-pid-file")
     if pid == os.getpid():
-        raise DaemonError(f"{source}: served by this very process: refusing to signal it")
+        raise RefusedPid(f"{source}: served by this very process: refusing to signal it")
     return pid
 
 

@@ -133,6 +133,8 @@ class EngineSetup:
             doc.set(("runtimes",), data.get("runtimes", {}))
             doc.set(("default-runtime",), data.get("default-runtime", "runc"))
             write_atomic(path, doc.render())
+            self.log(f"reloading dockerd with {path}'s runtimes and default-runtime made explicit "
+                     f"(dockerd keeps what a reloaded file leaves out), then restoring it")
         try:
             self._sighup(1)
             self._wait_docker(absent=set(self.runtimes), default=doc.get(("default-runtime",)))
@@ -141,6 +143,7 @@ class EngineSetup:
         finally:
             if interim:
                 _restore(path, original)
+                self.log(f"restored {path}")
 
     def _sighup(self, attempts: int) -> None:
         opts = self.opts
@@ -150,7 +153,7 @@ class EngineSetup:
                 os.kill(pid, signal.SIGHUP)
             except (daemons.DaemonError, OSError) as e:
                 why = str(e) if isinstance(e, NvctError) else f"signal: {e.strerror}"
-                if attempt == attempts:
+                if attempt == attempts or isinstance(e, daemons.RefusedPid):
                     raise daemons.DaemonError(f"cannot signal {opts.runtime}: {why}") from None
                 self.log(f"cannot signal {opts.runtime} yet (attempt {attempt}/{attempts}): {why}")
                 time.sleep(opts.signal_backoff)

@@ -4,8 +4,9 @@
 directory) out of the import path; this file puts the copy of nvct it lives
 in (and the dependencies beside it) first. ``WRAPPER`` becomes ``argv[0]``,
 so nvct sees the wrapper's path as its own: the shim never picks itself as
-the low-level runtime. ``PROGRAM --check`` is the installer's test that
-the host's Python can run nvct at all.
+the low-level runtime. ``PROGRAM WRAPPER --check`` is the installer's test
+that the host's Python can run nvct at all; it also compiles the copy for
+that Python, so no container start pays for it.
 """
 
 import os
@@ -18,6 +19,9 @@ PROGRAMS = {
 }
 #: Needed at run time, beyond the standard library (tomllib is standard from 3.11).
 DEPENDENCIES = ("click", "yaml", "elftools", "prctl")
+#: What container starts import: a Python too old for their syntax fails here, not in a container start.
+NVCT_MODULES = ("nvct.shim", "nvct.hook", "nvct.hooks", "nvct.cli", "nvct.modes", "nvct.injection",
+                "nvct.realize", "nvct.ldconfig", "nvct.cdi.modes")
 MINIMUM_PYTHON = (3, 9)
 
 
@@ -32,7 +36,7 @@ def check() -> int:
     missing = []
     if sys.version_info < MINIMUM_PYTHON:
         missing.append("Python >= %d.%d (this is %s)" % (MINIMUM_PYTHON + (sys.version.split()[0],)))
-    wanted = ("nvct",) + DEPENDENCIES + (() if sys.version_info >= (3, 11) else ("tomlkit",))
+    wanted = DEPENDENCIES + (() if sys.version_info >= (3, 11) else ("tomlkit",)) + NVCT_MODULES
     for name in wanted:
         try:
             __import__(name)
@@ -41,6 +45,9 @@ def check() -> int:
     if missing:
         sys.stderr.write("missing: %s\n" % "; ".join(missing))
         return 1
+    import compileall
+
+    compileall.compile_dir(python_dir(), quiet=1)
     sys.stdout.write("ok: Python %s at %s\n" % (sys.version.split()[0], sys.executable))
     return 0
 

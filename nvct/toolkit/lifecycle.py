@@ -1,0 +1,78 @@
+"""The installer's life: lock the pid file, install, wait for a stop signal, undo everything.
+
+SIGTERM (what the kubelet sends), SIGINT, SIGHUP and SIGQUIT all mean stop.
+One that comes during the installation ends it at the next step and undoes
+what was done; later, :meth:`StopSignals.wait` blocks the signals and
+``sigwait``-s, so none can slip in between a check and the wait.
+``--no-daemon`` installs and exits, undoing nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Callable
+
+from nvct.toolkit.install import Installation, Interrupted, stderr_log
+from nvct.toolkit.options import Options
+from nvct.toolkit.pidfile import PidFile
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+#: What the tests (and the DaemonSet's logs) look for.
+READY_MESSAGE = "installed; waiting for SIGTERM to undo it"
+
+
+class StopSignals:
+    """``with StopSignals() as stop: ... stop.requested() ... stop.wait()``."""
+
+    def __init__(self, signals=STOP_SIGNALS):
+        self.signals = tuple(signals)
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> "StopSignals":
+        for signum in self.signals:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signum
+
+    def requested(self) -> bool:
+        return self.received is not None
+
+    def wait(self) -> int:
+        """The first stop signal (at once if one came already)."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, self.signals)
+        try:
+            if self.received is None:
+                self.received = signal.sigwait(self.signals)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.signals)
+        return self.received
+
+
+def run(opts: Options, log: Callable[[str], None] = stderr_log) -> int:
+    """The whole of ``nvct toolkit install``; raises NvctError (after undoing) on failure."""
+    opts = opts.resolved()
+    with StopSignals() as stop, PidFile(opts.pid_file):
+        installation = Installation(opts, log)
+        try:
+            installation.install(stop.requested)
+        except Interrupted:
+            log(f"stopped by {signal.Signals(stop.received).name} during the installation: undone")
+            return 0
+        if opts.no_daemon:
+            log("installed; exiting (--no-daemon: nothing will be undone)")
+            return 0
+        log(READY_MESSAGE)
+        received = stop.wait()
+        log(f"{signal.Signals(received).name}: removing what was installed")
+        installation.uninstall()
+        log("removed everything that was installed")
+    return 0

@@ -1,0 +1,105 @@
+"""cdi.*: the spec directories hold valid specs made for this driver version and these GPUs."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+from nvct import doctor
+from nvct.driver import Driver
+
+from .nodes import by_id, one, write
+
+
+def _spec(node) -> str:
+    return os.path.join(node.cdi_dir, "nvidia.yaml")
+
+
+def _edit_spec(node, change) -> None:
+    with open(_spec(node)) as f:
+        raw = yaml.safe_load(f)
+    change(raw)
+    write(_spec(node), yaml.safe_dump(raw))
+
+
+def test_a_spec_from_an_older_driver_is_stale(node, node535):
+    root = node535["roots"]["driver_root"]
+    node.write_cdi_spec(driver=Driver(root, root, os.path.join(root, "proc")))
+    findings = node.doctor()
+    fresh = by_id(findings, "cdi.fresh")
+    assert [f.status for f in fresh] == ["fail"]
+    assert fresh[0].seen == f"{_spec(node)} was made for driver 535.161.08, the kernel module is 550.54.15"
+    assert fresh[0].fix == f"nvct cdi generate --output {_spec(node)}"
+    assert doctor.exit_code(findings) == 1
+
+
+def test_a_spec_whose_host_paths_are_gone_fails(node):
+    def rename(raw):
+        mount = raw["containerEdits"]["mounts"][0]
+        mount["hostPath"] = mount["hostPath"] + ".gone"
+
+    _edit_spec(node, rename)
+    fresh = one(node.doctor(), "cdi.fresh")
+    assert fresh.status == "fail"
+    assert fresh.seen.startswith(f"{_spec(node)}: 1 host path(s) do not exist, e.g. {node.dir}/")
+
+
+def test_a_spec_naming_a_gpu_that_is_gone_fails(node):
+    gone = "GPU-00000000-0000-0000-0000-000000000000"
+
+    def swap(raw):
+        device = next(d for d in raw["devices"] if d["name"].startswith("GPU-"))
+        device["name"] = gone
+
+    _edit_spec(node, swap)
+    fresh = by_id(node.doctor(), "cdi.fresh")
+    assert [f.status for f in fresh] == ["fail", "warn"]
+    assert fresh[0].seen == f"{_spec(node)} names GPU(s) this node does not have: {gone.lower()}"
+    assert fresh[1].seen.startswith(f"{_spec(node)} lacks GPU(s) ")
+
+
+def test_device_numbers_that_differ_from_the_host_fail(node):
+    def renumber(raw):
+        device = next(d for d in raw["devices"] if d["name"] == "1")
+        device["containerEdits"]["deviceNodes"][0]["minor"] = 9
+
+    _edit_spec(node, renumber)
+    fresh = one(node.doctor(), "cdi.fresh")
+    assert fresh.status == "fail"
+    assert "/dev/nvidia1 is 195:9 in the spec, 195:1 on the host" in fresh.seen
+
+
+def test_an_invalid_spec_fails_with_its_path(node):
+    bad = os.path.join(node.cdi_dir, "broken.json")
+    write(bad, '{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": []}')
+    specs = by_id(node.doctor(), "cdi.specs")
+    assert specs[0].status == "fail" and specs[0].seen.startswith(f"{bad}: ")
+    assert specs[0].fix.startswith(f"correct or remove {bad}")
+    assert specs[-1].status == "ok"
+
+
+def test_no_spec_is_information_unless_the_shim_is_in_cdi_mode(node):
+    os.unlink(_spec(node))
+    specs = one(node.doctor(), "cdi.specs")
+    assert specs.status == "info" and specs.fix == "nvct cdi generate --output /etc/cdi/nvidia.yaml"
+    node.write_config(mode="cdi")
+    specs = one(node.doctor(), "cdi.specs")
+    assert specs.status == "warn" and "but the shim is in cdi mode" in specs.seen
+
+
+def test_spec_dirs_default_to_the_configs(node):
+    findings = node.doctor(cdi_dirs=())
+    assert one(findings, "cdi.specs").seen.startswith(f"1 NVIDIA spec(s) in {node.cdi_dir} ")
+
+
+def test_mig_uuids_are_checked_when_deep(node):
+    gone = "MIG-00000000-0000-0000-0000-000000000000"
+
+    def swap(raw):
+        next(d for d in raw["devices"] if d["name"].startswith("MIG-"))["name"] = gone
+
+    _edit_spec(node, swap)
+    assert one(node.doctor(), "cdi.fresh").status == "ok"
+    fresh = one(node.doctor(deep=True), "cdi.fresh")
+    assert fresh.status == "fail" and gone.lower() in fresh.seen

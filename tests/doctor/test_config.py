@@ -1,0 +1,66 @@
+"""config.*: nvct's config loads, its roots exist, the shim's runtime and hooks are there."""
+
+from __future__ import annotations
+
+import os
+
+from nvct import doctor
+
+from .nodes import one, write
+
+
+def test_a_syntax_error_names_file_and_line_and_stops_the_driver_checks(node):
+    with open(node.config) as f:
+        lines = f.read().splitlines()
+    lines.insert(2, "oops = = 1")
+    write(node.config, "\n".join(lines) + "\n")
+    findings = node.doctor()
+    config = one(findings, "config.file")
+    assert config.status == "fail"
+    assert config.seen.startswith(f"{node.config}: invalid TOML: line 3, column")
+    assert config.fix == f"correct line 3 of {node.config}, then check it with: nvct config show -c {node.config}"
+    assert {f.status for f in findings if f.id.startswith(("driver.", "devices.", "libraries."))} == {"info"}
+    assert doctor.exit_code(findings) == 1
+
+
+def test_a_missing_config_means_the_defaults(node, tmp_path):
+    config = one(node.doctor(config_path=None, env={"NVIDIA_CTK_CONFIG_FILE_PATH": str(tmp_path / "nope.toml")}),
+                 "config.file")
+    assert config.status == "info"
+    assert config.seen == f"no {tmp_path / 'nope.toml'}: nvct uses its built-in defaults"
+
+
+def test_a_driver_root_that_does_not_exist_fails_with_the_config_command(node):
+    with open(node.config) as f:
+        text = f.read()
+    write(node.config, text.replace(f'\nroot = "{node.dir}"', '\nroot = "/nonexistent/driver"'))
+    roots = one(node.doctor(), "config.roots")
+    assert roots.status == "fail"
+    assert roots.seen == "driver root /nonexistent/driver (nvidia-container-cli.root) does not exist"
+    assert roots.fix.startswith(f"nvct config -c {node.config} --set nvidia-container-cli.root=")
+
+
+def test_a_missing_low_level_runtime_fails(node):
+    with open(node.config) as f:
+        text = f.read()
+    write(node.config, text.replace('runtimes = ["/bin/true"]', 'runtimes = ["/nonexistent/runc"]'))
+    runtimes = one(node.doctor(), "config.runtimes")
+    assert runtimes.status == "fail" and "none of ['/nonexistent/runc'] found" in runtimes.seen
+
+
+def test_legacy_mode_checks_the_prestart_hook_binary(node):
+    node.write_config(mode="legacy")
+    assert one(node.doctor(), "config.hook").seen == \
+        f"legacy mode: containers' hooks run {node.stub('nvidia-container-runtime-hook')}"
+    os.unlink(node.stub("nvidia-container-runtime-hook"))
+    hook = one(node.doctor(), "config.hook")
+    assert hook.status == "fail" and "nvidia-container-runtime-hook.path" in hook.seen
+
+
+def test_logging_to_a_missing_directory_warns(node, tmp_path):
+    node.write_config(extra=f'debug = "{tmp_path}/nope/runtime.log"\n')
+    log = one(node.doctor(), "config.log")
+    assert log.status == "warn" and log.fix == f"mkdir -p {tmp_path}/nope"
+    node.write_config(extra=f'debug = "{tmp_path}/runtime.log"\nlog-level = "debug"\n')
+    assert one(node.doctor(), "config.log").seen == \
+        f"container starts are logged to {tmp_path}/runtime.log (log-level debug)"

@@ -1,0 +1,180 @@
+"""The installation's steps: the toolkit tree, the host check, CDI, the engine's config -- and their undo."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+
+from nvct import config as nvct_config
+from nvct.cdi import spec as cdi_spec
+from nvct.errors import ConfigError, NvctError
+from nvct.toolkit import Installation, Interrupted, Layout, Options
+
+WRAPPERS = ["nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-runtime.cdi",
+            "nvidia-container-runtime.legacy"]
+
+
+def _options(tmp_path, **kwargs) -> Options:
+    kwargs.setdefault("no_runtime_config", True)
+    kwargs.setdefault("driver_root", "/")
+    kwargs.setdefault("python", sys.executable)
+    return Options(install_dir=str(tmp_path / "install"), host_root="/", **kwargs)
+
+
+def _install(opts: Options) -> tuple[Installation, list]:
+    log = []
+    inst = Installation(opts, log.append)
+    inst.install()
+    return inst, log
+
+
+def test_the_toolkit_tree(tmp_path):
+    inst, log = _install(_options(tmp_path))
+    root = tmp_path / "install" / "toolkit"
+    assert sorted(p for p in os.listdir(root) if not p.startswith(".") and p != "lib") == WRAPPERS
+    for name in WRAPPERS:
+        st = os.stat(root / name)
+        assert stat.S_IMODE(st.st_mode) == 0o755, name
+        assert (root / name).read_text().startswith("#!/bin/sh\n")
+    assert sorted(os.listdir(root / ".config" / "nvidia-container-runtime")) == [
+        "config.cdi.toml", "config.legacy.toml", "config.toml"]
+    assert (root / "lib" / "python" / "nvct" / "toolkit" / "entry.py").is_file()
+    for dep in ("click", "tomlkit", "yaml", "elftools"):
+        assert (root / "lib" / "python" / dep / "__init__.py").is_file(), dep
+    # The host check compiled the copy with the host's python (here: this one).
+    assert list((root / "lib" / "python" / "nvct" / "__pycache__").glob(f"shim.{sys.implementation.cache_tag}.pyc"))
+    assert "host check: ok: Python" in "\n".join(log)
+    assert os.listdir(tmp_path / "install") == ["toolkit"]  # no staging directory left behind
+
+
+def test_the_installed_configs_point_at_the_node_and_the_toolkit(tmp_path):
+    node = tmp_path / "node"
+    opts = _options(tmp_path, driver_root=str(node), dev_root=str(node), proc_root=str(node / "proc"),
+                    runtime_mode="jit-cdi", low_level_runtimes=["/usr/sbin/runc"])
+    _install(opts)
+    layout = Layout.for_install_dir(opts.install_dir)
+    main = nvct_config.load(layout.config())
+    assert main.driver_root == str(node) and main.dev_root == str(node) and main.proc_root == str(node / "proc")
+    assert main.mode == "jit-cdi"
+    assert main.runtimes == ["/usr/sbin/runc"]
+    assert main.get("nvct.path") == layout.nvct
+    assert main.get("nvidia-container-runtime-hook.path") == layout.hook
+    assert main.get("nvidia-container-runtime-hook.skip-mode-detection") is True
+    assert main.get("nvidia-container-cli.ldconfig") == "@/sbin/ldconfig"  # the node has none of its own
+    for mode in ("cdi", "legacy"):
+        forced = nvct_config.load(layout.config(mode))
+        assert forced.mode == mode
+        assert forced.data == {**main.data, "nvidia-container-runtime": {
+            **main.data["nvidia-container-runtime"], "mode": mode}}
+
+
+def test_ldconfig_comes_from_the_driver_root_when_it_has_one(tmp_path):
+    driver = tmp_path / "driver"
+    (driver / "sbin").mkdir(parents=True)
+    (driver / "sbin" / "ldconfig.real").write_text("")
+    opts = _options(tmp_path, driver_root="/run/nvidia/driver", driver_root_ctr_path=str(driver))
+    _install(opts)
+    main = nvct_config.load(Layout.for_install_dir(opts.install_dir).config())
+    assert main.get("nvidia-container-cli.ldconfig") == "@/run/nvidia/driver/sbin/ldconfig.real"
+    assert main.driver_root == "/run/nvidia/driver"
+
+
+def test_a_reinstall_replaces_the_tree_whole(tmp_path):
+    _install(_options(tmp_path))
+    stale = tmp_path / "install" / "toolkit" / "stale-file"
+    stale.write_text("from an older version")
+    _install(_options(tmp_path, runtime_mode="legacy"))
+    assert not stale.exists()
+    assert os.listdir(tmp_path / "install") == ["toolkit"]
+    assert nvct_config.load(str(tmp_path / "install/toolkit/.config/nvidia-container-runtime/config.toml")
+                            ).mode == "legacy"
+
+
+def test_uninstall_removes_the_tree(tmp_path):
+    inst, log = _install(_options(tmp_path))
+    inst.uninstall()
+    assert os.listdir(tmp_path / "install") == []
+    assert f"removed {tmp_path}/install/toolkit" in log
+
+
+def test_a_host_python_that_cannot_run_nvct_stops_the_install(tmp_path):
+    opts = _options(tmp_path, python=str(tmp_path / "no-python3"))
+    with pytest.raises(NvctError, match="the host cannot run nvct .*no-python3.*the host needs python3 >= 3.9"):
+        _install(opts)
+    assert os.listdir(tmp_path / "install") == []
+
+
+def test_a_bad_engine_config_stops_the_install_and_undoes_it(tmp_path):
+    config = tmp_path / "daemon.json"
+    config.write_text("{not json")
+    opts = _options(tmp_path, no_runtime_config=False, runtime="docker", config=str(config), restart_mode="none")
+    with pytest.raises(ConfigError, match=f"{config}: invalid JSON"):
+        _install(opts)
+    assert config.read_text() == "{not json"
+    assert not (tmp_path / "install" / "toolkit").exists()
+
+
+def test_the_engine_gets_three_runtimes_and_loses_them_byte_for_byte(tmp_path):
+    config = tmp_path / "config.toml"
+    original = "# the node's own\nversion = 2\n\n[plugins]\n"
+    config.write_text(original)
+    opts = _options(tmp_path, no_runtime_config=False, runtime="containerd", config=str(config),
+                    restart_mode="none", config_sources=["file"], cdi_annotation_prefixes=["cdi.k8s.io/"])
+    inst, _ = _install(opts)
+    drop_in = (tmp_path / "conf.d" / "99-nvidia.toml").read_text()
+    toolkit = tmp_path / "install" / "toolkit"
+    for name, suffix in (("nvidia", ""), ("nvidia-cdi", ".cdi"), ("nvidia-legacy", ".legacy")):
+        assert f'BinaryName = "{toolkit}/nvidia-container-runtime{suffix}"' in drop_in
+    assert 'container_annotations = ["cdi.k8s.io/*"]' in drop_in
+    assert 'default_runtime_name = "nvidia"' in drop_in
+    assert "imports" in config.read_text()
+    inst.uninstall()
+    assert config.read_text() == original
+    assert sorted(os.listdir(tmp_path)) == ["config.toml", "install"]
+
+
+def test_a_stop_during_the_install_undoes_what_was_done(tmp_path):
+    config = tmp_path / "daemon.json"
+    config.write_text("{}\n")
+    calls = []
+
+    def stop_after_two_steps() -> bool:
+        calls.append(1)
+        return len(calls) > 2
+
+    opts = _options(tmp_path, no_runtime_config=False, runtime="docker", config=str(config), restart_mode="none")
+    with pytest.raises(Interrupted):
+        Installation(opts, lambda _: None).install(stop_after_two_steps)
+    assert os.listdir(tmp_path / "install") == []
+    assert config.read_text() == "{}\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a simulated node's device nodes)")
+def test_cdi_enabled_writes_a_management_spec_and_control_nodes(tmp_path, sim_node):
+    roots = sim_node["roots"]
+    dev = tmp_path / "dev-root"
+    opts = _options(tmp_path, cdi_enabled=True, cdi_output_dir=str(tmp_path / "cdi"), driver_root=roots["driver_root"],
+                    dev_root=str(dev), proc_root=roots["proc_root"])
+    inst, log = _install(opts)
+    assert (dev / "dev" / "nvidiactl").is_char_device()
+    spec = cdi_spec.read(str(tmp_path / "cdi" / "management.nvidia.com-gpu.yaml"))
+    assert spec.raw["kind"] == "management.nvidia.com/gpu"
+    assert [d["name"] for d in spec.raw["devices"]] == ["all"]
+    hooks = spec.raw["containerEdits"]["hooks"]
+    assert hooks and all(h["path"] == str(tmp_path / "install" / "toolkit" / "nvct") for h in hooks)
+    inst.uninstall()
+    assert os.listdir(tmp_path / "cdi") == []
+    assert (dev / "dev" / "nvidiactl").is_char_device()  # nodes belong to the node: they stay
+
+
+def test_options_are_checked_before_anything_is_done(tmp_path):
+    with pytest.raises(ConfigError, match="--toolkit-install-dir: 'relative' is not an absolute path"):
+        Options(install_dir="relative").resolved()
+    with pytest.raises(ConfigError, match="--config-source: 'file=/x' is not supported"):
+        Options(config_sources=["file=/x"]).resolved()
+    with pytest.raises(ConfigError, match="--create-device-nodes: 'all' is not one of control, none"):
+        Options(create_device_nodes=["all"]).resolved()
+    assert not (tmp_path / "install").exists()

@@ -1,0 +1,108 @@
+"""The installed wrappers, run: the shim with its config once the driver is up, runc directly before.
+
+The "low-level runtime" is a script that records its argv and whether it
+was reached through nvct (the wrapper's config variable is set only on that
+path). The proc root is a directory whose ``driver/nvidia/version`` says
+whether the kernel module is loaded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from nvct.toolkit import Installation, Layout, Options
+from nvct.toolkit.wrappers import runtime_wrapper
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A toolkit whose low-level runtime records its calls, and the node's fake /proc."""
+    tmp = tmp_path_factory.mktemp("wrappers")
+    proc = tmp / "proc"
+    (proc / "driver" / "nvidia").mkdir(parents=True)
+    record = tmp / "calls"
+    fake = tmp / "fake-runc"
+    fake.write_text(f'#!/bin/sh\nprintf "%s|%s\\n" "${{NVIDIA_CTK_CONFIG_FILE_PATH:-direct}}" "$*" >> {record}\n')
+    fake.chmod(0o755)
+    opts = Options(install_dir=str(tmp / "install"), driver_root="/", proc_root=str(proc), python=sys.executable,
+                   host_root="/", no_runtime_config=True, low_level_runtimes=[str(fake)])
+    Installation(opts, lambda _: None).install()
+    return Layout.for_install_dir(opts.install_dir), proc, record
+
+
+def _run(path: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([path, *args], env={"PATH": "/usr/bin:/bin", **(env or {})}, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def _calls(record) -> list:
+    lines = record.read_text().splitlines() if record.exists() else []
+    record.unlink(missing_ok=True)
+    return lines
+
+
+@pytest.mark.parametrize("suffix, mode", [("", None), ("cdi", "cdi"), ("legacy", "legacy")])
+def test_without_the_module_the_runtime_wrappers_exec_the_low_level_runtime(installed, suffix, mode):
+    layout, proc, record = installed
+    version = proc / "driver" / "nvidia" / "version"
+    version.unlink(missing_ok=True)
+    result = _run(layout.runtime(suffix), "state", "ctr-1")
+    assert result.returncode == 0, result.stderr
+    assert _calls(record) == ["direct|state ctr-1"]
+    assert f"the NVIDIA kernel module is not loaded ({proc}/driver/nvidia/version is missing)" in result.stderr
+
+
+@pytest.mark.parametrize("suffix, mode", [("", None), ("cdi", "cdi"), ("legacy", "legacy")])
+def test_with_the_module_the_runtime_wrappers_run_the_shim_with_their_config(installed, suffix, mode):
+    layout, proc, record = installed
+    (proc / "driver" / "nvidia" / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n")
+    result = _run(layout.runtime(suffix), "--root", "/run/x", "state", "ctr-1")
+    assert result.returncode == 0, result.stderr
+    assert _calls(record) == [f"{layout.config(mode)}|--root /run/x state ctr-1"]
+    assert result.stderr == ""
+
+
+def test_the_proc_root_from_the_environment_wins(installed, tmp_path):
+    layout, proc, record = installed
+    (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
+    result = _run(layout.runtime(), "state", "x", env={"NVCT_PROC_ROOT": str(tmp_path)})
+    assert _calls(record) == ["direct|state x"], result.stderr
+
+
+def test_the_environment_cannot_steer_the_wrappers_python(installed, tmp_path):
+    layout, proc, record = installed
+    (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
+    evil = tmp_path / "nvct"
+    evil.mkdir()
+    (evil / "__init__.py").write_text("raise SystemExit('imported from PYTHONPATH')\n")
+    result = _run(layout.runtime(), "state", "x", env={"PYTHONPATH": str(tmp_path), "PYTHONHOME": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    assert _calls(record) == [f"{layout.config()}|state x"]
+
+
+def test_the_nvct_wrapper_uses_the_installed_config(installed):
+    layout, proc, record = installed
+    result = _run(layout.nvct, "config", "show")
+    assert result.returncode == 0, result.stderr
+    assert f'proc-root = "{proc}"' in result.stdout
+    assert f'path = "{layout.nvct}"' in result.stdout
+
+
+def test_the_hook_wrapper_runs_the_hook(installed):
+    layout, _, _ = installed
+    assert _run(layout.hook, "poststart").returncode == 0
+    usage = _run(layout.hook, "bogus")
+    assert usage.returncode == 2 and "usage: nvidia-container-runtime-hook" in usage.stderr
+
+
+def test_paths_with_shell_metacharacters_are_quoted(tmp_path):
+    layout = Layout(str(tmp_path / "it's $(here)"))
+    text = runtime_wrapper(layout, "", None, python="/usr/bin/python3", fallback="/opt/run c", proc_root="/proc")
+    script = tmp_path / "wrapper"
+    script.write_text(text)
+    check = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert "'/opt/run c'" in text and "it'\"'\"'s $(here)" in text
