@@ -9,6 +9,7 @@ sanitized anyway before anything runs.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -51,7 +52,8 @@ def _prestart(config_path: str | None) -> None:
 
     config = config_mod.load(config_path)
     log.setup(config.get("nvidia-container-runtime.log-level") or "info",
-              config.get("nvidia-container-cli.debug") or config.get("nvidia-container-runtime.debug"))
+              config.get("nvidia-container-cli.debug") or config.get("nvidia-container-runtime.debug"),
+              fmt="json" if os.environ.get("NVCT_LOG_FORMAT") == "json" else "text")
     state = read_state(sys.stdin)
     bundle = state.get("bundle") or state.get("bundlePath")
     if not bundle:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 HOOK_NAME = "nvidia-container-runtime-hook"
+#: Set in the legacy hook's env: the log format the runtime was asked for.
+LOG_FORMAT_ENV = "NVCT_LOG_FORMAT"
 
 
 class Modification:
@@ -49,14 +51,19 @@ def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
     return configured, f"configured mode {configured!r}"
 
 
-def modify(spec: dict[str, Any], request: Request, config, *, driver=None) -> Modification:
-    """Change ``spec`` in place for ``request``; the caller saves it."""
+def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
+           log_format: str | None = None) -> Modification:
+    """Change ``spec`` in place for ``request``; the caller saves it.
+
+    ``log_format`` (runc's ``--log-format``) is handed to the legacy hook, so
+    both write the log file in one format.
+    """
     mode, why = resolve_mode(config.mode, request)
     from nvct.log import logger
 
     logger.debug("request %r; mode %s: %s", request, mode, why)
     if mode == "legacy":
-        return _legacy(spec, config, why, request)
+        return _legacy(spec, config, why, request, log_format)
     if mode == "cdi":
         from nvct.cdi import modes as cdi_modes
 
@@ -79,13 +86,16 @@ def _apply(spec: dict[str, Any], edits: ContainerEdits) -> None:
     ocispec.apply_edits(spec, edits)
 
 
-def _legacy(spec: dict[str, Any], config, why: str, request: Request) -> Modification:
+def _legacy(spec: dict[str, Any], config, why: str, request: Request,
+            log_format: str | None = None) -> Modification:
     devices = request.devices or ()  # what the hook will inject: for the log line
     if ocispec.has_nvidia_hook(spec):
         return Modification("legacy", why + "; an NVIDIA prestart hook is already present", devices=devices)
     env = []
     if config.path:
         env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
+    if log_format:
+        env.append(f"{LOG_FORMAT_ENV}={log_format}")
     hook = Hook("prestart", legacy_hook_path(config), (HOOK_NAME, "prestart"), tuple(env),
                 reason="legacy mode: the hook injects the GPU inside the container")
     ocispec.add_hook(spec, hook)

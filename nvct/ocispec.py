@@ -95,13 +95,8 @@ def merge_env(env: list[str], extra: list[str]) -> list[str]:
 
 
 def add_hook(spec: dict[str, Any], hook: Hook, *, first: bool = False) -> None:
-    entry: dict[str, Any] = {"path": hook.path}
-    if hook.args:
-        entry["args"] = list(hook.args)
-    if hook.env:
-        entry["env"] = list(hook.env)
-    if hook.timeout is not None:
-        entry["timeout"] = hook.timeout
+    entry = hook.to_cdi()  # CDI's hook is OCI's plus the stage name
+    del entry["hookName"]
     stage = spec.setdefault("hooks", {}).setdefault(hook.hook_name, [])
     if first:
         stage.insert(0, entry)

@@ -15,6 +15,13 @@ def _driver(ctx):
     return Driver.from_config(load_config(ctx))
 
 
+def _json_or(data, as_json: bool) -> bool:
+    """Print ``data`` as JSON when asked; True when done."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    return as_json
+
+
 @click.command("info", help="Driver version, CUDA version and GPUs (with MIG devices).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
@@ -22,8 +29,7 @@ def info_command(ctx, as_json):
     from nvct import inventory
 
     data = inventory.info(_driver(ctx))
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
+    if _json_or(data, as_json):
         return
     click.echo(f"NVRM version:   {data['driver_version']}")
     click.echo(f"CUDA version:   {data['cuda_version'] or 'unknown (' + str(data['nvml']) + ')'}")
@@ -46,8 +52,7 @@ def list_command(ctx, as_json):
     from nvct import inventory
 
     data = inventory.listing(_driver(ctx))
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
+    if _json_or(data, as_json):
         return
     for node in data["device_nodes"]:
         click.echo(node["path"])

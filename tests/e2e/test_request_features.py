@@ -62,27 +62,20 @@ def test_compat32_libraries(tmp_path, sim_node, rootfs, gpu_runtimes, mode):
     assert "/usr/lib/i386-linux-gnu/libcuda.so.1" in out
 
 
+@pytest.mark.parametrize("compat_version, loaded_from", [
+    ("580.65.06", "/usr/local/cuda/compat"),       # newer than the host's 550: used
+    ("535.104.05", "/usr/lib/x86_64-linux-gnu"),   # older: ignored
+])
 @pytest.mark.parametrize("mode", MODES)
-def test_cuda_forward_compat_libraries_win_when_newer(tmp_path, sim_node, rootfs, gpu_runtimes, mode):
+def test_cuda_forward_compat_libraries_only_when_newer(tmp_path, sim_node, rootfs, gpu_runtimes, mode,
+                                                       compat_version, loaded_from):
     compat = os.path.join(rootfs, "usr/local/cuda/compat")
     os.makedirs(compat)
     lib = os.path.join(sim_node["roots"]["driver_root"], "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15")
-    shutil.copy(lib, os.path.join(compat, "libcuda.so.580.65.06"))
-    os.symlink("libcuda.so.580.65.06", os.path.join(compat, "libcuda.so.1"))
-    out = run_gpu(tmp_path, sim_node, rootfs, mode, ["NVIDIA_VISIBLE_DEVICES=0"],
-                  "dlopen-probe libcuda.so.1")
-    assert out.strip() == "ok libcuda.so.1 /usr/local/cuda/compat/libcuda.so.1"
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_older_compat_libraries_are_ignored(tmp_path, sim_node, rootfs, gpu_runtimes, mode):
-    compat = os.path.join(rootfs, "usr/local/cuda/compat")
-    os.makedirs(compat)
-    lib = os.path.join(sim_node["roots"]["driver_root"], "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15")
-    shutil.copy(lib, os.path.join(compat, "libcuda.so.535.104.05"))
-    os.symlink("libcuda.so.535.104.05", os.path.join(compat, "libcuda.so.1"))
+    shutil.copy(lib, os.path.join(compat, f"libcuda.so.{compat_version}"))
+    os.symlink(f"libcuda.so.{compat_version}", os.path.join(compat, "libcuda.so.1"))
     out = run_gpu(tmp_path, sim_node, rootfs, mode, ["NVIDIA_VISIBLE_DEVICES=0"], "dlopen-probe libcuda.so.1")
-    assert out.strip() == "ok libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1"
+    assert out.strip() == f"ok libcuda.so.1 {loaded_from}/libcuda.so.1"
 
 
 @pytest.fixture(scope="module")
