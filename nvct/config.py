@@ -169,26 +169,30 @@ CACHE_DIR = "/run/nvct/config-cache"
 
 
 def _parse_cached(raw: bytes, path: str) -> dict:
-    """``parse_toml``, remembered by content: the cache entry holds the raw bytes it was parsed from."""
-    import json
+    """``parse_toml``, remembered by content: the entry holds the raw bytes it was parsed from.
+
+    marshal, not json: it is built in, and json would import ``re`` on every container start.
+    """
+    import marshal
 
     cache = _cache_file(path)
     if cache:
         try:
-            with open(cache, encoding="utf-8") as f:
-                entry = json.load(f)
-            if entry.get("raw") == raw.decode("utf-8", "replace"):
-                return entry["data"]
-        except (OSError, ValueError, AttributeError, KeyError):
+            with open(cache, "rb") as f:
+                cached_raw, data = marshal.loads(f.read())
+            if cached_raw == raw and isinstance(data, dict):
+                return data
+        except (OSError, ValueError, EOFError, TypeError):
             pass
     data = parse_toml(raw, path)
     if cache:
         tmp = f"{cache}.{os.getpid()}.tmp"
         try:
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-                json.dump({"raw": raw.decode("utf-8", "replace"), "data": data}, f, default=str)
+            blob = marshal.dumps((raw, data))
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+                f.write(blob)
             os.replace(tmp, cache)
-        except (OSError, TypeError, ValueError):
+        except (OSError, ValueError):  # ValueError: a TOML date, which marshal cannot hold
             try:
                 os.unlink(tmp)
             except OSError:
@@ -208,7 +212,7 @@ def _cache_file(path: str) -> str | None:
     if st.st_uid != 0 or st.st_mode & 0o077:
         return None
     name = os.path.abspath(path).replace("%", "%25").replace("/", "%")
-    return os.path.join(CACHE_DIR, name[-200:] + ".json")
+    return os.path.join(CACHE_DIR, name[-200:] + ".marshal")
 
 
 def parse_toml(raw: bytes, path: str) -> dict[str, object]:

@@ -25,6 +25,44 @@ def find(names: list[str]) -> str:
     )
 
 
+#: config path -> low-level runtime, one "path<TAB>runtime" line each: what the shell front
+#: (nvct/scripts/nvidia-container-runtime) execs for every call but create and run.
+CACHE_DIR = "/run/nvct"
+CACHE = CACHE_DIR + "/runtimes"
+_CACHE_MAX = 64
+
+
+def remember(config_path: str, runtime: str) -> None:
+    """Record ``runtime`` for ``config_path`` (root only; nothing else may write there)."""
+    if os.geteuid() != 0 or "\t" in config_path or "\n" in config_path:
+        return
+    entries: dict[str, str] = {}
+    try:
+        with open(CACHE, encoding="utf-8") as f:
+            for line in f:
+                key, sep, value = line.rstrip("\n").partition("\t")
+                if sep:
+                    entries[key] = value
+    except (OSError, UnicodeDecodeError):
+        pass
+    if entries.get(config_path) == runtime:
+        return
+    if len(entries) >= _CACHE_MAX:  # many config files are a test machine's; keep it small
+        entries.clear()
+    entries[config_path] = runtime
+    try:
+        os.makedirs(CACHE_DIR, mode=0o700, exist_ok=True)
+        st = os.stat(CACHE_DIR)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return
+        tmp = f"{CACHE}.{os.getpid()}.tmp"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+            f.writelines(f"{k}\t{v}\n" for k, v in sorted(entries.items()))
+        os.replace(tmp, CACHE)
+    except OSError:
+        pass
+
+
 def execv(path: str, argv: list[str]) -> None:
     os.execv(path, [path] + list(argv))
 

@@ -9,7 +9,6 @@ variable appears twice.
 
 from __future__ import annotations
 
-import json
 import os
 
 from nvct.errors import SpecError
@@ -28,14 +27,27 @@ def config_path(bundle: str) -> str:
     return os.path.join(bundle, "config.json")
 
 
-def load(bundle: str) -> dict[str, Any]:
+def read_raw(bundle: str) -> bytes:
     path = config_path(bundle)
     try:
         with open(path, "rb") as f:
-            spec = json.loads(f.read())
+            return f.read()
     except FileNotFoundError:
         raise SpecError(f"{path}: OCI spec not found") from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read OCI spec: {e.strerror}") from None
+
+
+def load(bundle: str, raw: bytes | None = None) -> dict[str, Any]:
+    """The spec as a JSON mapping (``raw``: its bytes, when already read)."""
+    import json
+
+    path = config_path(bundle)
+    if raw is None:
+        raw = read_raw(bundle)
+    try:
+        spec = json.loads(raw)
+    except ValueError as e:
         raise SpecError(f"{path}: cannot read OCI spec: {e}") from None
     if not isinstance(spec, dict):
         raise SpecError(f"{path}: OCI spec is not a JSON object")
@@ -43,6 +55,8 @@ def load(bundle: str) -> dict[str, Any]:
 
 
 def save(bundle: str, spec: dict[str, Any]) -> None:
+    import json
+
     from nvct.fileutil import write_atomic
 
     write_atomic(config_path(bundle), json.dumps(spec, separators=(",", ":")), durable=False)

@@ -92,6 +92,22 @@ class Request:
         return bool(devices) and all(is_qualified_cdi_name(d) for d in devices)
 
 
+def might_request_gpu(raw: bytes, config: Config) -> bool:
+    """Whether a config.json's bytes can hold a GPU request at all; False means surely not.
+
+    Lets the shim pass a container through without importing json. Every way
+    to ask (the env vars, the device-list mounts, the annotation prefixes)
+    leaves its name in the bytes, unless JSON escapes hide it: any backslash
+    means the spec is parsed after all.
+    """
+    if b"\\" in raw:
+        return True
+    names = [VISIBLE_DEVICES, CUDA_VERSION, DEVICE_LIST_ROOT]
+    names += [s.strip() for s in str(config.get("swarm-resource") or "").split(",") if s.strip()]
+    names += list(config.get("nvidia-container-runtime.modes.cdi.annotation-prefixes") or ())
+    return any(name.encode() in raw for name in names)
+
+
 def env_to_dict(env: Sequence[str] | None) -> dict[str, str]:
     """OCI ``process.env`` (``K=V`` strings) as a dict; the last one wins, as in the kernel."""
     out: dict[str, str] = {}

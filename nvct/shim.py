@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
 
         config = config_mod.load()
         runtime = lowlevel.find(config.runtimes)
+        lowlevel.remember(config_mod.default_path(), runtime)
         if args.subcommand in ("create", "run"):
             _create(args, config, start)
     except NvctError as e:
@@ -39,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
 def _create(args, config, start: float) -> None:
     from nvct import ocispec, request as request_mod
 
-    spec = ocispec.load(args.bundle)
+    raw = ocispec.read_raw(args.bundle)
+    if not request_mod.might_request_gpu(raw, config):
+        return
+    spec = ocispec.load(args.bundle, raw)
     request = request_mod.from_spec(spec, config)
     if not request.is_gpu:
         return

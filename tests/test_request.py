@@ -155,3 +155,17 @@ def test_disable_require():
     assert r.disable_require
     r = req({"NVIDIA_VISIBLE_DEVICES": "all"}, Config({"disable-require": True}))
     assert r.disable_require
+
+
+@pytest.mark.parametrize("raw, maybe", [
+    (b'{"process":{"env":["PATH=/bin"]}}', False),
+    (b'{"process":{"env":["NVIDIA_VISIBLE_DEVICES=0"]}}', True),
+    (b'{"process":{"env":["CUDA_VERSION=11.0"]}}', True),
+    (b'{"mounts":[{"destination":"/var/run/nvidia-container-devices/0","source":"/dev/null"}]}', True),
+    (b'{"annotations":{"cdi.k8s.io/gpu":"nvidia.com/gpu=0"}}', True),
+    (b'{"process":{"env":["NVIDIA\\u005fVISIBLE_DEVICES=0"]}}', True),  # an escape: parse to be sure
+])
+def test_might_request_gpu_never_misses_a_request(raw, maybe):
+    from nvct.request import might_request_gpu
+
+    assert might_request_gpu(raw, Config()) is maybe

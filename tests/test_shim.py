@@ -133,3 +133,21 @@ def test_jit_cdi_mode_writes_devices_mounts_and_hides_env(tmp_path, fake_runc, s
     [hook] = spec["hooks"]["createContainer"]
     assert os.path.isabs(hook["path"]) and hook["args"][:3] == ["nvct", "hook", "chain"]
     assert spec["ociVersion"] == "1.0.2-dev" and spec["root"] == {"path": "rootfs"}
+
+
+def test_calls_other_than_create_skip_python_once_the_runtime_is_known(tmp_path, fake_runc):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the runtime cache in /run/nvct is root-only)")
+    config = _config(tmp_path, fake_runc)
+    bundle = _bundle(tmp_path, ["PATH=/bin"])
+    assert run_shim(["create", "--bundle", str(bundle), "c1"], config).returncode == 0
+    # With the config now broken, Python would refuse; the shell front execs the runtime directly,
+    # so a container can still be started and deleted.
+    with open(config, "w") as f:
+        f.write("[nvidia-container-runtime\n")
+    for args in (["--root", "/r", "start", "c1"], ["delete", "--force", "c1"], ["--version"]):
+        r = run_shim(args, config)
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "argv").read_text().split() == args
+    r = run_shim(["create", "--bundle", str(bundle), "c2"], config)
+    assert r.returncode == 1 and "invalid TOML" in r.stderr
