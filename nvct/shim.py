@@ -7,7 +7,6 @@ Heavy modules are imported only after the spec shows a GPU request.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 

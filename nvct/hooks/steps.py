@@ -7,7 +7,6 @@ which cannot be led outside the root by a symlink.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 

@@ -6,7 +6,6 @@ finds ``nvidia-container-runtime-hook`` on its PATH at start, as ``--gpus`` need
 
 from __future__ import annotations
 
-import os
 
 import pytest
 

@@ -117,20 +117,6 @@ def test_docker_info_errors_say_what_came_back(tmp_path, response, message):
     thread.join(5)
 
 
-@pytest.fixture
-def fake_systemctl(tmp_path, monkeypatch):
-    """``systemctl`` first on PATH: records its argv; fails when the unit is ``broken``."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    record = tmp_path / "systemctl.argv"
-    script = bindir / "systemctl"
-    script.write_text(f'#!/bin/sh\necho "$@" >> {record}\n'
-                      f'[ "$2" = broken ] && {{ echo "Unit broken.service not found." >&2; exit 5; }}\nexit 0\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ.get('PATH', '')}")
-    return record
-
-
 def test_systemctl_restart_runs_systemctl_on_this_host(fake_systemctl):
     assert daemons.systemctl_restart("crio", "/") == ["systemctl", "restart", "crio"]
     assert fake_systemctl.read_text() == "restart crio\n"

@@ -161,18 +161,6 @@ def test_containerd_in_signal_mode_is_told_to_restart_not_signalled(tmp_path):
     assert config.read_text() == "version = 2\n"
 
 
-@pytest.fixture
-def fake_systemctl(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    record = tmp_path / "systemctl.argv"
-    script = bindir / "systemctl"
-    script.write_text(f'#!/bin/sh\necho "$@" >> {record}\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ.get('PATH', '')}")
-    return record
-
-
 def test_crio_restarts_through_systemd_at_install_and_removal(tmp_path, fake_systemctl):
     config = tmp_path / "crio.conf"
     config.write_text('[crio.runtime]\ndefault_runtime = "crun"\n')
