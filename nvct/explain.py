@@ -94,7 +94,7 @@ def spec_from_options(env: Sequence[str] = (), *, privileged: bool = False,
     return spec
 
 
-def explain(spec: dict, config, *, driver=None) -> Explanation:
+def explain(spec: dict, config, *, driver=None, bundle: str | None = None) -> Explanation:
     """What the shim (and, in legacy mode, the hook) would do to ``spec`` under ``config``."""
     from nvct import request as request_mod
 
@@ -119,7 +119,7 @@ def explain(spec: dict, config, *, driver=None) -> Explanation:
         driver = driver or Driver.from_config(config)
     after = copy.deepcopy(spec)
     try:
-        modification = modes.modify(after, result.request, config, driver=driver)
+        modification = modes.modify(after, result.request, config, driver=driver, bundle=bundle)
         result.after = after
         result.edits = modification.edits
         if result.mode == "legacy":

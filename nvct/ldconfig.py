@@ -285,15 +285,27 @@ def _collect(pid: int, fd: int, timeout: float) -> tuple[bytes, int | None]:
             break
         buf += chunk
         del buf[:-_OUTPUT_LIMIT]
-    while True:  # output closed: the child has exec'd and exits soon
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return bytes(buf), status
-        if time.monotonic() >= deadline:
-            os.kill(pid, _SIGKILL)
-            os.waitpid(pid, 0)
-            return bytes(buf), None
-        time.sleep(0.002)
+    try:  # output closed: the child exits now; wait on a pidfd rather than polling
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return bytes(buf), status
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, _SIGKILL)
+                os.waitpid(pid, 0)
+                return bytes(buf), None
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(0.0005)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _last_line(text: str) -> str:

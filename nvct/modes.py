@@ -52,11 +52,13 @@ def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
 
 
 def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
-           log_format: str | None = None) -> Modification:
+           log_format: str | None = None, bundle: str | None = None) -> Modification:
     """Change ``spec`` in place for ``request``; the caller saves it.
 
     ``log_format`` (runc's ``--log-format``) is handed to the legacy hook, so
-    both write the log file in one format.
+    both write the log file in one format. With ``bundle``, the jit-cdi hook
+    is told the container's root, so it needs to read neither its stdin nor
+    config.json.
     """
     mode, why = resolve_mode(config.mode, request)
     from nvct.log import logger
@@ -75,10 +77,19 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
 
     driver = driver or Driver.from_config(config)
     edits = injection.container_edits(request, driver, config)
+    if bundle:
+        edits.hooks = [_with_container_root(h, ocispec.rootfs(spec, bundle)) for h in edits.hooks]
     check_requirements(request, driver, config)
     edits.env.append(f"{VISIBLE_DEVICES}=void")
     _apply(spec, edits)
     return Modification("jit-cdi", why, edits, request.devices or ())
+
+
+def _with_container_root(hook: Hook, rootfs: str) -> Hook:
+    args = list(hook.args)
+    if args[:3] != ["nvct", "hook", "chain"]:
+        return hook
+    return hook.replace(args=tuple(args[:3] + ["--container-root", rootfs] + args[3:]))
 
 
 def _apply(spec: dict[str, Any], edits: ContainerEdits) -> None:

@@ -50,7 +50,7 @@ def _create(args, config, start: float) -> None:
 
     log.setup(config.get("nvidia-container-runtime.log-level") or "info",
               config.get("nvidia-container-runtime.debug"), fmt=args.log_format or "text")
-    result = modes.modify(spec, request, config, log_format=args.log_format)
+    result = modes.modify(spec, request, config, log_format=args.log_format, bundle=args.bundle)
     ocispec.save(args.bundle, spec)
     log.logger.info("container start", fields={
         "id": args.container_id, "mode": result.mode, "devices": list(result.devices),

@@ -28,7 +28,7 @@ def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff
         raise click.UsageError("give --bundle DIR, or the container's env with -e K=V")
     base = ocispec.load(bundle) if bundle else None
     spec = explain.spec_from_options(env, privileged=privileged, mounts=mounts, annotations=annotations, base=base)
-    result = explain.explain(spec, load_config(ctx))
+    result = explain.explain(spec, load_config(ctx), bundle=bundle)
     if as_json:
         click.echo(json.dumps(explain.to_json(result, diff=show_diff), indent=2))
     else:

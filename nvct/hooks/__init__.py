@@ -26,11 +26,14 @@ def main(argv: list[str]) -> int:
     try:
         from nvct.hooks import container, steps
 
-        ctx = container.from_state(sys.stdin)
-        if argv[0] == "chain":
-            steps.run_chain(argv[1:], ctx)
+        if argv[:2] == ["chain", "--container-root"] and len(argv) > 2:
+            # jit-cdi: the shim named the root, so neither stdin nor config.json is read
+            ctx = container.HookContext(rootfs=argv[2])
+            steps.run_chain(argv[3:], ctx)
+        elif argv[0] == "chain":
+            steps.run_chain(argv[1:], container.from_state(sys.stdin))
         else:
-            steps.run_chain(argv, ctx)
+            steps.run_chain(argv, container.from_state(sys.stdin))
     except NvctError as e:
         sys.stderr.write(f"nvct hook {argv[0]}: {e}\n")
         return 1
@@ -45,5 +48,5 @@ def _usage() -> str:
 
     names = ", ".join(sorted(STEPS))
     return (f"usage: nvct hook <name> [args...]\n"
-            f"       nvct hook chain <name> [args...] [-- <name> [args...]]...\n"
+            f"       nvct hook chain [--container-root DIR] <name> [args...] [-- <name> [args...]]...\n"
             f"hooks: {names}\n")

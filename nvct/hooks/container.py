@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 from nvct import ocispec
@@ -26,6 +25,8 @@ class HookContext:
 
 
 def read_state(stream: IO[str]) -> dict[str, Any]:
+    import json
+
     try:
         state = json.loads(stream.read() or "null")
     except ValueError as e:

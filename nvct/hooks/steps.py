@@ -7,7 +7,6 @@ which cannot be led outside the root by a symlink.
 
 from __future__ import annotations
 
-import re
 import sys
 
 from nvct.errors import NvctError
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
 
 _COMPAT_DIR = "/usr/local/cuda/compat"
 _COMPAT_CONF = "/etc/ld.so.conf.d/00-compat-nvct.conf"
-_VERSION_RE = re.compile(r"^libcuda\.so\.(\d+)\.(\d+)(?:\.(\d+))?$")
 
 
 def run_chain(args: list[str], ctx: HookContext) -> None:
@@ -99,9 +97,9 @@ def enable_cuda_compat(args: _Args, ctx: HookContext) -> None:
             return
         best = None
         for name in root.listdir(_COMPAT_DIR):
-            m = _VERSION_RE.match(name)
-            if m and (best is None or int(m.group(1)) > best):
-                best = int(m.group(1))
+            major = _compat_major(name)
+            if major is not None and (best is None or major > best):
+                best = major
         if best is None or best <= host:
             return
         folder = root.realpath(_COMPAT_DIR)
@@ -147,6 +145,16 @@ def chmod(args: _Args, ctx: HookContext) -> None:
         for path in args.all("path"):
             if root.exists(path):
                 root.chmod(path, mode)
+
+
+def _compat_major(name: str) -> int | None:
+    """``libcuda.so.<major>.<minor>[.<patch>]`` -> major (no ``re``: this runs on every start)."""
+    if not name.startswith("libcuda.so."):
+        return None
+    parts = name[len("libcuda.so."):].split(".")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0])
 
 
 def _major(version: str) -> int | None:

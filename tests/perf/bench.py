@@ -80,16 +80,22 @@ def _process_ms(argv: list[str], runs: int, env=None) -> float:
     return _median_ms(lambda: subprocess.run(argv, stdout=subprocess.DEVNULL, env=env, check=True), runs)
 
 
-def lifecycle_ms(runtime_argv: list[str], bundle: str, runs: int, env=None) -> float:
+def lifecycles_ms(cases: dict[str, tuple[list[str], str, dict | None]], runs: int) -> dict[str, float]:
+    """Median create -> start -> delete per case, the cases interleaved run by run.
+
+    Interleaving matters on a shared machine: runc's own create time drifts by
+    tens of ms over a minute, and a drift between phases would read as overhead.
+    """
     from tests.support.runtimes import create_start_delete
 
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(runs):
-        result = create_start_delete(runtime_argv, bundle, env=env)
-        if result.rc != 0:
-            raise SystemExit(f"container failed: {result.describe()}")
-        times.append(result.timings["total"] * 1000)
-    return statistics.median(times)
+        for name, (argv, bundle, env) in cases.items():
+            result = create_start_delete(argv, bundle, env=env)
+            if result.rc != 0:
+                raise SystemExit(f"{name}: container failed: {result.describe()}")
+            times[name].append(result.timings["total"] * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -130,22 +136,24 @@ def main() -> None:
 
     config_text = open(node8["config"]).read()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    results = {}
+    cases: dict[str, tuple[list[str], str, dict | None]] = {
+        "runc_plain": ([RUNC], plain, None),
+        "shim_plain": ([SHIM], plain, env),
+    }
     for mode in ("jit-cdi", "legacy"):
         cfg = os.path.join(work, f"{mode}.toml")
         with open(cfg, "w") as f:
             f.write(config_text + f'\n[nvidia-container-runtime]\nmode = "{mode}"\n')
         bundle = make_bundle(os.path.join(work, mode), make_rootfs(work, name=f"rootfs-{mode}"),
                              ["true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
-        results[mode] = (bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=cfg))
-    plain_ms = lifecycle_ms([RUNC], plain, opts.runs)
-    figures["runc_plain_lifecycle_ms"] = plain_ms
-    figures["shim_plain_lifecycle_ms"] = lifecycle_ms([SHIM], plain, opts.runs, env=env)
-    for mode, (bundle, menv) in results.items():
-        ms = lifecycle_ms([SHIM], bundle, opts.runs, env=menv)
-        figures[f"{mode}_8gpu_lifecycle_ms"] = ms
-        figures[f"{mode}_8gpu_added_ms"] = ms - plain_ms
-        figures[f"{mode}_8gpu_ratio"] = ms / plain_ms
+        cases[f"{mode}_8gpu"] = ([SHIM], bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=cfg))
+    medians = lifecycles_ms(cases, opts.runs)
+    plain_ms = medians["runc_plain"]
+    for name, ms in medians.items():
+        figures[f"{name}_lifecycle_ms"] = ms
+        if name != "runc_plain":
+            figures[f"{name}_added_ms"] = ms - plain_ms
+            figures[f"{name}_ratio"] = ms / plain_ms
 
     for key, value in figures.items():
         print(f"{key:40s} {value:.2f}" if isinstance(value, float) else f"{key:40s} {value}")
