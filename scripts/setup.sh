@@ -35,8 +35,13 @@ fi
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-# Editable install (console scripts included); checked from / so the checkout's cwd does not count.
-if [ ! -x .venv/bin/nvidia-container-runtime ] || ! (cd / && "$OLDPWD/.venv/bin/python" -c "import nvct, sys; sys.exit(nvct.__file__ != \"$PWD/nvct/__init__.py\")") 2>/dev/null; then
+# Editable install (the programs in nvct/scripts are copied, so a newer one means reinstall);
+# the import is checked from / so the checkout's cwd does not count.
+stale=
+for f in nvct/scripts/*; do
+  [ -x ".venv/bin/${f##*/}" ] && [ ! "$f" -nt ".venv/bin/${f##*/}" ] || stale=1
+done
+if [ -n "$stale" ] || ! (cd / && "$OLDPWD/.venv/bin/python" -c "import nvct, sys; sys.exit(nvct.__file__ != \"$PWD/nvct/__init__.py\")") 2>/dev/null; then
   # compat mode: a .pth path entry, which wins over an installed nvct deb in dist-packages.
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . >/dev/null
 fi

@@ -96,3 +96,15 @@ def test_chain_runs_steps_in_order_and_chmod_validates_mode(tmp_path):
     assert (bundle / "rootfs/dev/dri").stat().st_mode & 0o777 == 0o755
     r = run([NVCT, "hook", "chmod", "--mode", "9z", "--path", "/dev/dri"], stdin=state)
     assert r.returncode == 1 and "invalid --mode '9z'" in r.stderr
+
+
+def test_hook_never_imports_from_pythonpath(tmp_path):
+    # docker --gpus hands the hook dockerd's whole environment: a PYTHONPATH there must not
+    # decide which code the privileged hook runs (shebang -I, and a guard if a packager drops it).
+    evil = tmp_path / "evil" / "nvct"
+    evil.mkdir(parents=True)
+    (evil / "__init__.py").write_text('raise SystemExit("imported from PYTHONPATH")\n')
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "nvct/scripts/nvidia-container-runtime-hook")
+    for argv in ([HOOK, "poststart"], [sys.executable, script, "poststart"]):  # with and without -I
+        r = run(argv, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "evil")})
+        assert (r.returncode, r.stderr) == (0, ""), argv

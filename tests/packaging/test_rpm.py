@@ -69,7 +69,7 @@ def test_rpm_installs_the_programs_config_hook_and_python_package(rpm):
     assert wanted <= set(rpm.files), sorted(wanted - set(rpm.files))
     modules = {SITE.sub("", f) for f in rpm.files if SITE.match(f)}
     assert {"nvct/__init__.py", "nvct/shim.py", "nvct/hook.py", "nvct/cli/__init__.py",
-            f"nvct-{project_version()}.dist-info/entry_points.txt"} <= modules
+            f"nvct-{project_version()}.dist-info/METADATA"} <= modules
     assert {m for m in modules if m.startswith("nvct/") and m.endswith(".py")} == rpm.modules
     modes = dict(line.rsplit(" ", 1) for line in
                  rpm.query("--qf", "[%{FILENAMES} %{FILEMODES:octal}\n]").splitlines())
