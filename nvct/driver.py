@@ -19,7 +19,7 @@ import os
 import stat
 
 from nvct import procfs
-from nvct.errors import DriverError
+from nvct.errors import DriverError, NvctError
 from nvct.log import logger
 from nvct.record import Record
 
@@ -76,6 +76,9 @@ GRAPHICS_FILES = {
         "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
     ),
 }
+
+_TLS = "libnvidia-tls.so"
+_TLS_ABI = (2, 3, 99)
 
 _FIRMWARE_DIRS = ("/lib/firmware/nvidia/{version}", "/usr/lib/firmware/nvidia/{version}")
 
@@ -310,7 +313,24 @@ class Driver:
     def libraries(self, capabilities, *, compat32: bool = False) -> list[Library]:
         wanted = set(capabilities)
         return [lib for lib in self.all_libraries
-                if lib.capability in wanted and (lib.arch == "x86_64" or compat32)]
+                if lib.capability in wanted and (lib.arch == "x86_64" or compat32)
+                and (not lib.soname.startswith(_TLS) or self._tls_abi_ok(lib))]
+
+    def _tls_abi_ok(self, lib: Library) -> bool:
+        """libnvidia-tls only with the new TLS ABI (an ELF note "Linux 2.3.99"), as libnvidia-container.
+
+        Read with pyelftools, so only graphics containers pay for it.
+        """
+        from nvct import elf
+
+        try:
+            ok = elf.read(self.host_path(lib.path)).abi_tag == _TLS_ABI
+        except NvctError as e:
+            logger.warning("skipping %s: %s", lib.path, e)
+            return False
+        if not ok:
+            logger.debug("skipping %s: no Linux %s ABI note", lib.path, ".".join(map(str, _TLS_ABI)))
+        return ok
 
     def binaries(self, capabilities) -> list[str]:
         out = []

@@ -66,6 +66,18 @@ def device_nodes(driver: Driver) -> list[dict[str, Any]]:
     return out
 
 
+def _elf_facts(path: str) -> dict[str, Any]:
+    """What the file itself says (pyelftools): the ld cache's key and flags must agree with it."""
+    from nvct import elf
+    from nvct.errors import NvctError
+
+    try:
+        info = elf.read(path)
+    except NvctError as e:
+        return {"error": str(e)}
+    return {"class": info.elf_class, "machine": info.machine, "soname": info.soname}
+
+
 def listing(driver: Driver) -> dict[str, Any]:
     """What ``nvct list --json`` prints."""
     caps = sorted(BINARIES)
@@ -73,7 +85,8 @@ def listing(driver: Driver) -> dict[str, Any]:
         "driver_version": driver.version,
         "roots": {"driver_root": driver.driver_root, "dev_root": driver.dev_root, "proc_root": driver.proc_root},
         "device_nodes": device_nodes(driver),
-        "libraries": [{"path": lib.path, "soname": lib.soname, "capability": lib.capability, "arch": lib.arch}
+        "libraries": [dict(path=lib.path, soname=lib.soname, capability=lib.capability, arch=lib.arch,
+                           elf=_elf_facts(driver.host_path(lib.path)))
                       for lib in driver.all_libraries],
         "binaries": [{"path": p, "capability": cap} for cap in caps for p in driver.binaries([cap])],
         "ipc": driver.ipc(["utility", "compute"]),

@@ -33,6 +33,10 @@ def test_nvct_list_matches_the_nodes_ground_truth(request, fixture):
     assert _norm(listed["binaries"], ("path", "capability")) == _norm(node["binaries"], ("path", "capability"))
     assert _norm(listed["device_nodes"], ("path", "major", "minor", "mode", "role")) == \
         _norm(node["device_nodes"], ("path", "major", "minor", "mode", "role"))
+    for lib in listed["libraries"]:  # the file's own ELF facts agree with the cache entry
+        machine = {"x86_64": "x86_64", "i386": "i386"}[lib["arch"]]
+        assert lib["elf"] == {"class": 64 if machine == "x86_64" else 32, "machine": machine,
+                              "soname": lib["soname"]}, lib
     assert sorted(listed["ipc"]) == sorted(node["ipc"])
     assert sorted(listed["firmware"]) == sorted(node["firmware"])
 
@@ -77,3 +81,16 @@ def test_resolve_in_root_keeps_absolute_links_inside(tmp_path):
     assert resolve_in_root(str(tmp_path), "/usr/lib/escape") is None  # /etc/passwd is not in the root
     os.symlink("loop", tmp_path / "loop")
     assert resolve_in_root(str(tmp_path), "/loop") is None
+
+
+def test_tls_library_needs_the_new_abi_note(sim_node, tmp_path):
+    # libnvidia-container's rule: libnvidia-tls only with an ELF note "Linux 2.3.99".
+    driver = Driver.from_config(config_mod.load(sim_node["config"]))
+    tls = [lib for lib in driver.libraries(["graphics"]) if lib.soname.startswith("libnvidia-tls")]
+    assert tls and all(driver._tls_abi_ok(lib) for lib in tls)
+    plain = tmp_path / "usr/lib/x86_64-linux-gnu/libnvidia-tls.so.550.54.15"
+    plain.parent.mkdir(parents=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(plain), "-Wl,-soname,libnvidia-tls.so.550.54.15",
+                    "-x", "c", "/dev/null"], check=True)
+    other = Driver(str(tmp_path), driver.dev_root, driver.proc_root)
+    assert not other._tls_abi_ok(tls[0])
