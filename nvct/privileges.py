@@ -74,32 +74,101 @@ def drop_capabilities(keep: Iterable[str]) -> None:
     Limits the bounding set too: a root process that execs gets its bounding
     set as permitted capabilities, so this is what holds across execve.
     Inheritable and ambient sets are cleared. Unknown names raise ValueError.
+    python-prctl does the work; where its C extension cannot load (a host
+    Python other than the one it was built for, as with the node installer's
+    copy), the same system calls are made through libc.
     """
-    import prctl  # lazily: only privileged children need it
-
     names = {_cap_name(n) for n in keep}
-    unknown = names.difference(prctl.ALL_CAP_NAMES)
+    unknown = names.difference(CAPABILITIES)
     if unknown:
         raise ValueError(f"unknown capabilities: {', '.join(sorted(unknown))}")
-    prctl.capbset.limit(*names)
+    prctl = _prctl()
     libc = ctypes.CDLL(None, use_errno=True)
+    if prctl is not None:
+        prctl.capbset.limit(*(n for n in names if n in prctl.ALL_CAP_NAMES))
+    else:
+        _limit_bounding_set(libc, names)
     zero = ctypes.c_ulong(0)
     if libc.prctl(_PR_CAP_AMBIENT, ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), zero, zero,
                   zero) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"clearing ambient capabilities: {os.strerror(err)}")
-    prctl.cap_inheritable.limit()
-    prctl.cap_effective.limit(*names)
-    prctl.cap_permitted.limit(*names)
+    if prctl is not None:
+        prctl.cap_inheritable.limit()
+        prctl.cap_effective.limit(*names)
+        prctl.cap_permitted.limit(*names)
+    else:
+        _capset(libc, names)
 
 
 def set_no_new_privs() -> None:
     """No exec from here on can gain privileges (setuid bits, file caps)."""
-    import prctl
-
-    prctl.set_no_new_privs(1)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                  ctypes.c_ulong(0)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"PR_SET_NO_NEW_PRIVS: {os.strerror(err)}")
 
 
 def preload_prctl() -> None:
-    """Import python-prctl now, e.g. before a chroot hides its files."""
-    import prctl  # noqa: F401
+    """Import python-prctl now, e.g. before a chroot hides its files (if it loads at all)."""
+    _prctl()
+
+
+def _prctl():
+    try:
+        import prctl  # lazily: only privileged children need it
+    except ImportError:
+        return None
+    return prctl
+
+
+#: Capability names by number (linux/capability.h), without the CAP_ prefix.
+CAPABILITIES = (
+    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid",
+    "setpcap", "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw",
+    "ipc_lock", "ipc_owner", "sys_module", "sys_rawio", "sys_chroot", "sys_ptrace", "sys_pacct",
+    "sys_admin", "sys_boot", "sys_nice", "sys_resource", "sys_time", "sys_tty_config", "mknod",
+    "lease", "audit_write", "audit_control", "setfcap", "mac_override", "mac_admin", "syslog",
+    "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
+)
+_PR_CAPBSET_READ = 23
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _limit_bounding_set(libc, names: set[str]) -> None:
+    for number, name in enumerate(CAPABILITIES):
+        if name in names or libc.prctl(_PR_CAPBSET_READ, ctypes.c_ulong(number), 0, 0, 0) != 1:
+            continue  # kept, or not in the set (or unknown to this kernel)
+        if libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(number), 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"dropping CAP_{name.upper()} from the bounding set: {os.strerror(err)}")
+
+
+def _capset(libc, names: set[str]) -> None:
+    """Effective and permitted: ``names`` (as far as now permitted); inheritable: none."""
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capget: {os.strerror(err)}")
+    for i in range(2):
+        wanted = sum(1 << (n - 32 * i) for n, name in enumerate(CAPABILITIES)
+                     if name in names and 32 * i <= n < 32 * (i + 1))
+        keep = data[i].permitted & wanted
+        data[i].effective = data[i].permitted = keep
+        data[i].inheritable = 0
+    if libc.capset(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")

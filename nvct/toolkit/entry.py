@@ -17,8 +17,9 @@ PROGRAMS = {
     "nvidia-container-runtime-hook": "nvct.hook",
     "nvct": "nvct.cli",
 }
-#: Needed at run time, beyond the standard library (tomllib is standard from 3.11).
-DEPENDENCIES = ("click", "yaml", "elftools", "prctl")
+#: Needed at run time, beyond the standard library (tomllib is standard from 3.11). python-prctl
+#: is not: where its C extension does not load, nvct.privileges makes the calls through libc.
+DEPENDENCIES = ("click", "yaml", "elftools")
 #: What container starts import: a Python too old for their syntax fails here, not in a container start.
 NVCT_MODULES = ("nvct.shim", "nvct.hook", "nvct.hooks", "nvct.cli", "nvct.modes", "nvct.injection",
                 "nvct.realize", "nvct.ldconfig", "nvct.cdi.modes")

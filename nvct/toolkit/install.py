@@ -176,7 +176,7 @@ def check_host_python(layout: Layout, python: str, host_root: str = "/") -> str:
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
         raise NvctError(f"the host cannot run nvct ({how}: {lines[-1] if lines else f'exit {proc.returncode}'}); "
-                        f"the host needs python3 >= 3.9 with python3-prctl (see docs/installer.md)")
+                        f"the host needs python3 >= 3.9 (see docs/installer.md)")
     return "host check: " + proc.stdout.decode(errors="replace").strip()
 
 

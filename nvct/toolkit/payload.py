@@ -2,10 +2,9 @@
 
 The host runs it with its own ``python3`` (3.9 or newer). nvct and its
 pure-Python dependencies are copied from wherever the installer imports them
-(the installer's image), so the host needs nothing else -- except that
-python-prctl is a C extension: the copy loads only on a host Python of the
-same version as the image's; on others the host needs its own python3-prctl
-(the installer checks, see :func:`nvct.toolkit.install.check_host_python`).
+(the installer's image), so the host needs nothing else. python-prctl is a
+C extension: the copy loads only on a host Python of the image's version;
+on others :mod:`nvct.privileges` makes the same calls through libc.
 """
 
 from __future__ import annotations
