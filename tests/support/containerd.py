@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import time
 from typing import Mapping, Sequence
 
@@ -18,8 +17,8 @@ import tomlkit
 
 from .cri import CriClient
 from .image import ImageSpec, qualify
-from .proc import (Result, minimal_env, pids_referencing, read_pidfile, remove_tree,
-                   run, short_tempdir, start_daemon, stop_pid, unique_id)
+from .proc import (Result, daemon_dirs, pids_referencing, read_pidfile, remove_tree, run,
+                   start_daemon, stop_pid, unique_id)
 
 CONTAINERD = "/usr/bin/containerd"
 CTR = "/usr/bin/ctr"
@@ -53,16 +52,8 @@ class Containerd:
         self.runtimes: dict = {"runc": RUNC, **(runtimes or {})}
         self.default_runtime = default_runtime
         self.sandbox_image = sandbox_image
-        self.state_dir = short_tempdir("nvct-c-")
-        self.data_root = tempfile.mkdtemp(prefix="nvct-containerd-data-")
-        self.socket = os.path.join(self.state_dir, "containerd.sock")
-        self.config_file = os.path.join(self.state_dir, "config.toml")
-        self.pidfile = os.path.join(self.state_dir, "containerd.pid")
-        self.log_path = os.path.join(self.state_dir, "containerd.log")
+        daemon_dirs(self, "c", "containerd", "config.toml", path_prefix=path_prefix, extra_env=extra_env)
         self.pod_logs = os.path.join(self.data_root, "pod-logs")
-        home = os.path.join(self.state_dir, "home")
-        os.makedirs(home)
-        self.env = minimal_env(home, path_prefix=path_prefix, extra=extra_env)
         self.pid: int | None = None
         self._proc: subprocess.Popen | None = None
         self._cri: CriClient | None = None

@@ -14,12 +14,11 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from typing import Mapping, Sequence
 
-from .proc import (Result, minimal_env, pids_referencing, read_pidfile, remove_tree,
-                   run, short_tempdir, start_daemon, stop_pid, wait_gone, wait_until)
+from .proc import (Result, daemon_dirs, minimal_env, pids_referencing, read_pidfile, remove_tree,
+                   run, start_daemon, stop_pid, wait_gone, wait_until)
 
 DOCKERD = "/usr/sbin/dockerd"
 #: Debian's 20.10 client; a newer /usr/local/bin/docker may shadow it on PATH.
@@ -55,16 +54,9 @@ class Dockerd:
         self.default_runtime = default_runtime
         self.storage_driver = storage_driver
         self.extra_config = dict(extra_config or {})
-        self.state_dir = short_tempdir("nvct-d-")
-        self.data_root = tempfile.mkdtemp(prefix="nvct-docker-data-")
-        self.exec_root = os.path.join(self.state_dir, "exec")
+        home = daemon_dirs(self, "d", "dockerd", "daemon.json", path_prefix=path_prefix, extra_env=extra_env)
         self.socket = os.path.join(self.state_dir, "docker.sock")
-        self.config_file = os.path.join(self.state_dir, "daemon.json")
-        self.pidfile = os.path.join(self.state_dir, "dockerd.pid")
-        self.log_path = os.path.join(self.state_dir, "dockerd.log")
-        home = os.path.join(self.state_dir, "home")
-        os.makedirs(home)
-        self.env = minimal_env(home, path_prefix=path_prefix, extra=extra_env)
+        self.exec_root = os.path.join(self.state_dir, "exec")
         self.client_env = minimal_env(home, extra={
             "DOCKER_CONFIG": os.path.join(self.state_dir, "client")})
         self.pid: int | None = None

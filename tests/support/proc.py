@@ -116,6 +116,22 @@ def short_tempdir(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
 
 
+def daemon_dirs(daemon, short: str, name: str, config_name: str, *, path_prefix: Sequence[str] = (),
+                extra_env: Mapping[str, str] | None = None) -> str:
+    """Private dirs and env of a test daemon, set on ``daemon``: state_dir (short, for sockets),
+    data_root, socket, config_file, pidfile, log_path and env. Returns its home dir."""
+    daemon.state_dir = short_tempdir(f"nvct-{short}-")
+    daemon.data_root = tempfile.mkdtemp(prefix=f"nvct-{name}-data-")
+    daemon.socket = os.path.join(daemon.state_dir, f"{name}.sock")
+    daemon.config_file = os.path.join(daemon.state_dir, config_name)
+    daemon.pidfile = os.path.join(daemon.state_dir, f"{name}.pid")
+    daemon.log_path = os.path.join(daemon.state_dir, f"{name}.log")
+    home = os.path.join(daemon.state_dir, "home")
+    os.makedirs(home)
+    daemon.env = minimal_env(home, path_prefix=path_prefix, extra=extra_env)
+    return home
+
+
 def minimal_env(home: str, *, path_prefix: Sequence[str] = (),
                 extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The fixed environment daemons get (``env -i PATH=... HOME=... LANG=...``)."""
