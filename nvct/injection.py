@@ -42,8 +42,7 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     """All edits for one GPU request (devices, then what they share)."""
     if not request.is_gpu:
         return ContainerEdits()
-    default_kind = config.get("nvidia-container-runtime.modes.cdi.default-kind") or "nvidia.com/gpu"
-    selection = select(request.devices or (), driver, default_kind=default_kind)
+    selection = selection_for(request, driver, config)
     edits = ContainerEdits()
     for gpu in selection.gpus:
         edits.extend(gpu_edits(driver, gpu, request.capabilities))
@@ -60,6 +59,7 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
 
 
 def selection_for(request: Request, driver: Driver, config) -> Selection:
+    """The GPUs and MIG devices ``request`` names (``nvidia.com/gpu=<id>`` names included)."""
     default_kind = config.get("nvidia-container-runtime.modes.cdi.default-kind") or "nvidia.com/gpu"
     return select(request.devices or (), driver, default_kind=default_kind)
 
