@@ -19,6 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     from nvct import privileges
 
     privileges.sanitize_environ()
+    if any(a.split("=", 1)[0] in ("-version", "--version") for a in argv):
+        from nvct.dropin.version import banner
+
+        sys.stdout.write(banner("nvidia-container-runtime-hook"))
+        return 0
     stage = next((a for a in argv if not a.startswith("-")), None)
     if stage in ("poststart", "poststop"):
         return 0

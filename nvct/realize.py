@@ -24,27 +24,39 @@ KEEP_CAPS = {
 }
 
 
-def legacy(request: Request, config, spec: dict, bundle: str, pid: int) -> ContainerEdits:
+def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *,
+           rootfs: str | None = None, devbind: bool = True) -> ContainerEdits:
+    """The legacy hook's work; ``nvidia-container-cli configure`` names ``rootfs`` instead of a bundle.
+
+    ``devbind=False`` (configure's ``--no-devbind``) leaves the device nodes to
+    the runtime's spec: only their cgroup access is granted.
+    """
     from nvct import cgroups, modes, namespaces, ocispec, privileges
 
+    if config.get("nvidia-container-cli.load-kmods"):
+        from nvct import kmods
+
+        kmods.load(config.proc_root, config.dev_root)
     driver = Driver.from_config(config)
     edits = injection.container_edits(request, driver, config)
     modes.check_requirements(request, driver, config)
     privileges.drop_capabilities(KEEP_CAPS)
-    rootfs = ocispec.rootfs(spec, bundle)
+    rootfs = rootfs or ocispec.rootfs(spec, bundle)
     if not config.get("nvidia-container-cli.no-cgroups"):
         cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
     visible = [g for g in injection.selection_for(request, driver, config).all_parents()]
-    namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, visible, spec, bundle)
+    compat = config.get("nvidia-container-runtime.modes.legacy.cuda-compat-mode") != "disabled"
+    namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, visible, spec, bundle, devbind, compat)
     return edits
 
 
-def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, visible, spec, bundle) -> None:
+def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, visible, spec, bundle, devbind=True,
+            compat=True) -> None:
     from nvct.hooks import steps
     from nvct.rootfs import Rootfs
 
     with Rootfs(rootfs) as root:
-        for node in edits.device_nodes:
+        for node in edits.device_nodes if devbind else ():
             root.mknod(node.path, node.type, node.major, node.minor,
                        node.file_mode if node.file_mode is not None else 0o666, node.uid, node.gid)
         for mount in edits.mounts:
@@ -54,7 +66,16 @@ def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, visible, spec, b
     for hook in edits.hooks:
         args = list(hook.args)
         if args[:3] == ["nvct", "hook", "chain"]:
-            steps.run_chain(args[3:], ctx)
+            chain = args[3:] if compat else _without(args[3:], "enable-cuda-compat")
+            steps.run_chain(chain, ctx)
+
+
+def _without(chain: list[str], name: str) -> list[str]:
+    """A hook chain less the steps called ``name`` (cuda-compat-mode = "disabled")."""
+    from nvct.injection import join_steps
+    from nvct.hooks.steps import _split
+
+    return join_steps([step for step in _split(chain) if step[0] != name])
 
 
 def _bind(root, mount: Mount) -> None:

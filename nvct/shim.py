@@ -21,6 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     from nvct.errors import NvctError
 
     args = runcargs.parse(argv)
+    if args.subcommand is None and _version_asked(argv):
+        from nvct.dropin.version import runtime_banner
+
+        sys.stdout.write(runtime_banner())
+        sys.stdout.flush()
     try:
         from nvct import config as config_mod, lowlevel
 
@@ -37,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     lowlevel.execv(runtime, argv)
     return 1  # not reached
+
+
+def _version_asked(argv: list[str]) -> bool:
+    from nvct.dropin.version import has_version_flag
+
+    return has_version_flag(argv) or argv[:1] == ["-v"]
 
 
 def _create(args, config, start: float) -> None:

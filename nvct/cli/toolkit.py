@@ -110,7 +110,7 @@ _ENGINE = [
               "/run/containerd/containerd.sock, /var/run/crio/crio.sock)."),
     _opt("--runtime-pid-file", "runtime_pid_file", metavar="PATH", env="RUNTIME_PID_FILE",
          help="nvct: read the daemon's pid from this file instead of asking its socket."),
-    _opt("--restart-mode", "restart_mode", type=click.Choice(defaults.RESTART_MODES), env="RUNTIME_RESTART_MODE",
+    _opt("--restart-mode", "restart_mode", type=click.Choice(defaults.RESTART_MODES), env=["RUNTIME_RESTART_MODE", "CONTAINERD_RESTART_MODE", "DOCKER_RESTART_MODE", "CRIO_RESTART_MODE"],
          help="How the daemon picks the change up (default: signal; cri-o systemd)."),
     _opt("--enable-cdi-in-runtime/--no-enable-cdi-in-runtime", "enable_cdi_in_runtime", default=None,
          env="RUNTIME_ENABLE_CDI", help="Enable CDI in the engine (default: --cdi-enabled)."),

@@ -147,6 +147,41 @@ def chmod(args: _Args, ctx: HookContext) -> None:
                 root.chmod(path, mode)
 
 
+_PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
+_PROFILE_FILE = _PROFILE_DIR + "/10-container.conf"
+
+
+def update_application_profile(args: _Args, ctx: HookContext) -> None:
+    """Limit EGL/Vulkan to the container's GPUs: ``EGLVisibleDGPUDevices`` = a mask of its
+    ``/dev/nvidiaN`` minors, in a driver application profile (the reference's hook of that name)."""
+    import os
+    import stat
+
+    from nvct.rootfs import Rootfs
+
+    with Rootfs(ctx.rootfs) as root:
+        if not root.exists("/dev"):
+            return
+        fd = root.open("/dev")
+        try:
+            mask = 0
+            for name in os.listdir(fd):
+                if not (name.startswith("nvidia") and name[6:].isdigit() and name[6:].isascii()):
+                    continue
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                minor = os.minor(st.st_rdev)
+                if stat.S_ISCHR(st.st_mode) and minor < 64:
+                    mask |= 1 << minor
+        finally:
+            os.close(fd)
+        if not mask:
+            return
+        root.makedirs(_PROFILE_DIR, 0o555)
+        profile = ('{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",%s]}],'
+                   '"rules":[{"pattern":[],"profile":"_container_"}]}' % hex(mask))
+        root.write_file(_PROFILE_FILE, profile.encode(), 0o444, replace=True)
+
+
 def _compat_major(name: str) -> int | None:
     """``libcuda.so.<major>.<minor>[.<patch>]`` -> major (no ``re``: this runs on every start)."""
     if not name.startswith("libcuda.so."):
@@ -168,4 +203,5 @@ STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
     "update-ldcache": update_ldcache,
     "disable-device-node-modification": disable_device_node_modification,
     "chmod": chmod,
+    "update-application-profile": update_application_profile,
 }

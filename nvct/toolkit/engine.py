@@ -46,6 +46,9 @@ class EngineSetup:
         self.layout = layout
         self.log = log
         self.runtimes = layout.runtimes(opts.nvidia_runtime_name)
+        self._change = None
+        #: time.monotonic() of this installer's own restart of the daemon (None: it did not restart it).
+        self.restarted_at: float | None = None
 
     # --- what the installed config needs from the engine ---
     def low_level_runtimes(self) -> list[str]:
@@ -79,11 +82,31 @@ class EngineSetup:
                 drop_in_host_path=opts.drop_in_config_host_path),
             **self._source())
         self._report(change)
+        self._change = change
 
     def apply(self) -> None:
-        """Make the daemon pick the configured runtimes up."""
-        if not self._hook_mode:
-            self._apply(signal_attempts=self.opts.signal_attempts, configured=True)
+        """Make the daemon pick the configured runtimes up, unless it already runs with them.
+
+        "Already" is what this module's restart marker says: the config files
+        hash as they did when an installer last restarted the daemon for them
+        (the marker lives beside the pid file, in /run: a reboot forgets it).
+        That is what keeps a DaemonSet from restarting containerd in a loop
+        when containerd >= 1.6.9 stops the installer right after its restart.
+        """
+        if self._hook_mode:
+            return
+        marker = self._restart_marker
+        digest = self._config_digest()
+        if self.opts.restart_mode == "systemd" and not (self._change and self._change.changed):
+            if digest is not None and _read(marker) == digest:
+                self.log(f"{self.opts.runtime} already runs with this config (restarted for it by an earlier "
+                         f"installer, see {marker}): not restarting it")
+                return
+        self._apply(signal_attempts=self.opts.signal_attempts, configured=True)
+        if self.opts.restart_mode == "systemd":
+            self.restarted_at = time.monotonic()
+            if digest is not None:
+                _write_marker(marker, digest)
 
     def cleanup(self) -> None:
         """Put the engine's config back as it was, and make the daemon forget the runtimes."""
@@ -94,6 +117,7 @@ class EngineSetup:
         drop_in = runtimes.DEFAULT if opts.drop_in_config is None or opts.runtime == "docker" else opts.drop_in_config
         change = runtimes.unconfigure(opts.runtime, opts.config, tuple(self.runtimes), drop_in=drop_in)
         self._report(change)
+        _remove(self._restart_marker)
         if opts.runtime == "docker" and opts.restart_mode == "signal":
             self._reload_docker_after_removal()
         else:
@@ -185,6 +209,21 @@ class EngineSetup:
 
     # --- helpers ---
     @property
+    def _restart_marker(self) -> str:
+        return os.path.join(os.path.dirname(self.opts.pid_file), f"nvct-restarted-{self.opts.runtime}")
+
+    def _config_digest(self) -> str | None:
+        """sha256 over the files configure manages (their paths and bytes); None if unknown."""
+        if self._change is None:
+            return None
+        import hashlib
+
+        digest = hashlib.sha256()
+        for path in sorted(f.path for f in self._change.files):
+            digest.update(path.encode() + b"\0" + (read_file(path) or b"") + b"\0")
+        return digest.hexdigest()
+
+    @property
     def _hook_mode(self) -> bool:
         return self.opts.runtime == "crio" and self.opts.crio_config_mode == "hook"
 
@@ -207,6 +246,26 @@ class EngineSetup:
             self.log(f"{change.anchor}: already as wanted")
         for path in change.written:
             self.log(f"{'removed' if not os.path.exists(path) else 'wrote'} {path}")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _write_marker(path: str, digest: str) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    write_atomic(path, (digest + "\n").encode())
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _restore(path: str, original: bytes | None) -> None:

@@ -10,6 +10,7 @@ what was done; later, :meth:`StopSignals.wait` blocks the signals and
 from __future__ import annotations
 
 import signal
+import time
 from typing import Callable
 
 from nvct.toolkit.install import Installation, Interrupted, stderr_log
@@ -19,6 +20,9 @@ from nvct.toolkit.pidfile import PidFile
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 #: What the tests (and the DaemonSet's logs) look for.
 READY_MESSAGE = "installed; waiting for SIGTERM to undo it"
+#: A stop signal this soon after the installer restarted the container engine is taken for the
+#: engine's doing (containerd >= 1.6.9 stops the pod that just restarted it), not an uninstall.
+RESTART_GRACE_S = 20.0
 
 
 class StopSignals:
@@ -72,6 +76,12 @@ def run(opts: Options, log: Callable[[str], None] = stderr_log) -> int:
             return 0
         log(READY_MESSAGE)
         received = stop.wait()
+        restarted = installation.engine.restarted_at
+        if restarted is not None and time.monotonic() - restarted < RESTART_GRACE_S:
+            log(f"{signal.Signals(received).name} {time.monotonic() - restarted:.1f}s after restarting "
+                f"{opts.runtime}: taken for the restart's side effect (containerd >= 1.6.9 stops the pod "
+                f"that restarted it), not an uninstall; leaving everything installed")
+            return 0
         log(f"{signal.Signals(received).name}: removing what was installed")
         installation.uninstall()
         log("removed everything that was installed")

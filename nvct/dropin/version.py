@@ -1,0 +1,52 @@
+"""``--version`` in the reference's form, naming nvct and its version.
+
+Support scripts and bug templates grep the reference's first line
+(``NVIDIA Container Runtime version ...``), so that line keeps its words;
+the ``commit:`` line, which for the reference names a git commit, names nvct.
+"""
+
+from __future__ import annotations
+
+from nvct import __version__
+
+#: The OCI runtime-spec version nvct writes (the reference prints its own after ``spec:``).
+OCI_SPEC_VERSION = "1.2.0"
+
+#: Program -> the name the reference's ``--version`` prints.
+TITLES = {
+    "nvidia-container-runtime": "NVIDIA Container Runtime",
+    "nvidia-container-runtime-hook": "NVIDIA Container Runtime Hook",
+    "nvidia-ctk": "NVIDIA Container Toolkit CLI",
+    "nvidia-cdi-hook": "NVIDIA CDI Hook",
+    "nvidia-ctk-installer": "NVIDIA Container Toolkit Installer",
+}
+
+
+def banner(program: str, *extra: str) -> str:
+    """``<title> version <v>`` / ``commit: nvct <v>`` [/ extra lines], newline-terminated."""
+    lines = [f"{TITLES[program]} version {__version__}", f"commit: nvct {__version__}", *extra]
+    return "\n".join(lines) + "\n"
+
+
+def runtime_banner() -> str:
+    """The shim's header; the low-level runtime's own ``--version`` follows it."""
+    return banner("nvidia-container-runtime", f"spec: {OCI_SPEC_VERSION}") + "\n"
+
+
+def container_cli_banner() -> str:
+    """libnvidia-container's ``key: value`` lines; the library is nvct itself."""
+    import platform
+
+    return (f"cli-version: {__version__} (nvct)\n"
+            f"lib-version: {__version__} (nvct)\n"
+            f"build revision: nvct {__version__}\n"
+            f"build platform: {platform.machine()}\n")
+
+
+def has_version_flag(argv: list[str]) -> bool:
+    """The reference's test: any ``-version``/``--version`` (``=value`` ignored) before the end."""
+    for arg in argv:
+        name = arg.split("=", 1)[0]
+        if name.startswith("-") and name.lstrip("-") == "version":
+            return True
+    return False
