@@ -24,13 +24,13 @@ _DEFAULT_MODPROBE = "/sbin/modprobe"
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
-def loaded_modules(proc_root: str = "/proc") -> set[str]:
-    """Names in ``/proc/modules`` (empty when it cannot be read: a kernel without modules)."""
+def loaded_modules(proc_root: str = "/proc") -> set[str] | None:
+    """Names in ``/proc/modules``; None without it (a kernel without modules: all is built in)."""
     try:
         with open(os.path.join(proc_root, "modules"), encoding="ascii", errors="replace") as f:
             return {line.split(" ", 1)[0] for line in f if line.strip()}
     except OSError:
-        return set()
+        return None
 
 
 def modprobe_path() -> str:
@@ -49,8 +49,8 @@ def load(proc_root: str = "/proc", dev_root: str = "/", *, modprobe: str | None 
     if os.path.normpath(proc_root) != "/proc":
         return []
     problems = []
-    if os.path.exists(os.path.join(proc_root, "modules")):  # else no module support: all is built in
-        loaded = loaded_modules(proc_root)
+    loaded = loaded_modules(proc_root)
+    if loaded is not None:
         program = modprobe or modprobe_path()
         for module in MODULES:
             if module in loaded:
