@@ -14,14 +14,15 @@ import sys
 import time
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
+    """``banner=False``: the sh front printed ``--version``'s nvct lines already."""
     argv = sys.argv[1:] if argv is None else argv
     start = time.monotonic()
     from nvct import runcargs
     from nvct.errors import NvctError
 
     args = runcargs.parse(argv)
-    if args.subcommand is None and _version_asked(argv):
+    if banner and args.subcommand is None and _version_asked(argv):
         from nvct.dropin.version import runtime_banner
 
         sys.stdout.write(runtime_banner())
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 def _version_asked(argv: list[str]) -> bool:
     from nvct.dropin.version import has_version_flag
 
-    return has_version_flag(argv) or argv[:1] == ["-v"]
+    return has_version_flag(argv)
 
 
 def _create(args, config, start: float) -> None:
