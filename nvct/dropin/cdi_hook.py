@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def run_hook(name: str, args: list[str]) -> int:
     """One hook by the reference's name; ``--container-spec`` replaces stdin."""
+    from nvct.hooks.steps import STEPS
+
+    if name not in STEPS:  # before reading any state: a newer spec's hook never stops a start
+        sys.stderr.write(f"{PROG}: unknown hook {name!r}, ignored (from a newer release?)\n")
+        return 0
     args, state_file = _container_spec(args)
     if state_file:
         try:

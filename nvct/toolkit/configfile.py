@@ -31,6 +31,8 @@ def settings(opts: Options, layout: Layout, runtimes: list) -> dict[str, Any]:
         "nvidia-container-runtime-hook.skip-mode-detection": opts.hook_skip_mode_detection,
         "nvidia-container-runtime.runtimes": list(runtimes),
         "nvct.path": layout.nvct,
+        "nvidia-container-cli.path": layout.tool("nvidia-container-cli"),
+        "nvidia-ctk.path": layout.tool("nvidia-ctk"),
     }
     optional = {
         "nvidia-container-runtime.mode": opts.runtime_mode,

@@ -16,13 +16,17 @@ PROGRAMS = {
     "nvidia-container-runtime": "nvct.shim",
     "nvidia-container-runtime-hook": "nvct.hook",
     "nvct": "nvct.cli",
+    "nvidia-cdi-hook": "nvct.dropin.cdi_hook",
+    "nvidia-ctk": "nvct.dropin.ctk",
+    "nvidia-container-cli": "nvct.dropin.container_cli",
 }
 #: Needed at run time, beyond the standard library (tomllib is standard from 3.11). python-prctl
 #: is not: where its C extension does not load, nvct.privileges makes the calls through libc.
 DEPENDENCIES = ("click", "yaml", "elftools")
 #: What container starts import: a Python too old for their syntax fails here, not in a container start.
 NVCT_MODULES = ("nvct.shim", "nvct.hook", "nvct.hooks", "nvct.cli", "nvct.modes", "nvct.injection",
-                "nvct.realize", "nvct.ldconfig", "nvct.cdi.modes")
+                "nvct.realize", "nvct.ldconfig", "nvct.cdi.modes", "nvct.dropin.cdi_hook", "nvct.dropin.ctk",
+                "nvct.dropin.container_cli")
 MINIMUM_PYTHON = (3, 9)
 
 

@@ -25,7 +25,7 @@ from typing import Callable
 from nvct.errors import NvctError
 from nvct.toolkit import configfile, payload, wrappers
 from nvct.toolkit.engine import EngineSetup
-from nvct.toolkit.layout import RUNTIME_MODES, Layout
+from nvct.toolkit.layout import RUNTIME_MODES, TOOLS, Layout
 from nvct.toolkit.options import Options
 
 HOST_CHECK_TIMEOUT_S = 60
@@ -118,8 +118,8 @@ class Installation:
         for suffix, mode in RUNTIME_MODES.items():
             _write(into.runtime(suffix), wrappers.runtime_wrapper(
                 final, suffix, mode, python=opts.python, fallback=runtimes[0], proc_root=opts.proc_root), 0o755)
-        _write(into.hook, wrappers.tool_wrapper(final, "nvidia-container-runtime-hook", python=opts.python), 0o755)
-        _write(into.nvct, wrappers.tool_wrapper(final, "nvct", python=opts.python), 0o755)
+        for tool in TOOLS:
+            _write(into.tool(tool), wrappers.tool_wrapper(final, tool, python=opts.python), 0o755)
 
     def _remove_files(self) -> None:
         if os.path.isdir(self.layout.root) and not os.path.islink(self.layout.root):

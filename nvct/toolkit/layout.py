@@ -8,6 +8,8 @@
       nvidia-container-runtime.legacy      python3 on nvct; the runtimes exec the
       nvidia-container-runtime-hook        low-level runtime instead while the
       nvct                                 kernel module is not loaded
+      nvidia-cdi-hook, nvidia-ctk,       the reference's other programs, by name
+        nvidia-container-cli               (CDI specs, containerd's --gpus, scripts)
       lib/python/                        nvct and its pure-Python dependencies
       .config/nvidia-container-runtime/  config.toml (+ config.cdi.toml, config.legacy.toml)
 
@@ -24,6 +26,8 @@ SUBDIR = "toolkit"
 RUNTIME = "nvidia-container-runtime"
 HOOK = "nvidia-container-runtime-hook"
 NVCT = "nvct"
+#: Programs other than the runtimes, each a wrapper of the same name (as the reference's directory has).
+TOOLS = (HOOK, NVCT, "nvidia-cdi-hook", "nvidia-ctk", "nvidia-container-cli")
 #: The runtimes the installer adds: name suffix (``nvidia``, ``nvidia-cdi``...) -> mode its wrapper forces.
 RUNTIME_MODES = {"": None, "cdi": "cdi", "legacy": "legacy"}
 #: The entry point the wrappers run, inside the copied nvct package.
@@ -75,6 +79,10 @@ class Layout:
     @property
     def nvct(self) -> str:
         return os.path.join(self.root, NVCT)
+
+    def tool(self, name: str) -> str:
+        """One of :data:`TOOLS`."""
+        return os.path.join(self.root, name)
 
     def runtimes(self, nvidia_name: str = "nvidia") -> dict[str, str]:
         """Runtime name -> wrapper, as the engine's config gets them (``nvidia``, ``nvidia-cdi``, ``nvidia-legacy``)."""

@@ -39,8 +39,8 @@ def runtime_wrapper(layout: Layout, suffix: str, mode: str | None, *, python: st
 
 
 def tool_wrapper(layout: Layout, program: str, *, python: str) -> str:
-    """``nvidia-container-runtime-hook`` or ``nvct`` (``program``), with the installed config."""
-    path = layout.hook if program == "nvidia-container-runtime-hook" else layout.nvct
+    """One of :data:`nvct.toolkit.layout.TOOLS` (``program``), with the installed config."""
+    path = layout.tool(program)
     return _header(_name(path, layout), None) + _exec(layout, layout.config(), program, path, python)
 
 

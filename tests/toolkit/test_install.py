@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -13,8 +14,9 @@ from nvct.cdi import spec as cdi_spec
 from nvct.errors import ConfigError, NvctError
 from nvct.toolkit import Installation, Interrupted, Layout, Options
 
-WRAPPERS = ["nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-runtime.cdi",
-            "nvidia-container-runtime.legacy"]
+WRAPPERS = ["nvct", "nvidia-cdi-hook", "nvidia-container-cli", "nvidia-container-runtime",
+            "nvidia-container-runtime-hook", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy",
+            "nvidia-ctk"]
 
 
 def _options(tmp_path, **kwargs) -> Options:
@@ -178,3 +180,17 @@ def test_options_are_checked_before_anything_is_done(tmp_path):
     with pytest.raises(ConfigError, match="--create-device-nodes: 'all' is not one of control, none"):
         Options(create_device_nodes=["all"]).resolved()
     assert not (tmp_path / "install").exists()
+
+
+def test_the_reference_programs_run_from_the_toolkit_directory(tmp_path):
+    _install(_options(tmp_path))
+    root = tmp_path / "install" / "toolkit"
+    for program, first in (("nvidia-cdi-hook", "NVIDIA CDI Hook version"),
+                           ("nvidia-ctk", "NVIDIA Container Toolkit CLI version"),
+                           ("nvidia-container-cli", "cli-version:")):
+        proc = subprocess.run([str(root / program), "--version"], capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin"}, check=False)
+        assert proc.returncode == 0 and proc.stdout.startswith(first), (program, proc.stderr)
+    unknown = subprocess.run([str(root / "nvidia-cdi-hook"), "no-such-hook"], input="{}", capture_output=True,
+                             text=True, env={}, check=False)
+    assert unknown.returncode == 0 and "unknown hook 'no-such-hook'" in unknown.stderr
