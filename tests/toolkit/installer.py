@@ -24,14 +24,17 @@ def node_flags(manifest: dict) -> list:
 class Installer:
     """``with Installer([...flags], tmp) as inst: ...`` starts it and waits until it is ready."""
 
-    def __init__(self, args: list, workdir: str, *, env: dict | None = None):
+    def __init__(self, args: list, workdir: str, *, env: dict | None = None, program: list | None = None):
+        """``program`` replaces ``nvct toolkit install`` and its directory flags (an entry program
+        configured by environment variables alone, as the GPU Operator runs it)."""
         self.workdir = str(workdir)
         self.install_dir = os.path.join(self.workdir, "install")
         self.toolkit = os.path.join(self.install_dir, "toolkit")
         self.pid_file = os.path.join(self.workdir, "run", "toolkit.pid")
         self.log_path = os.path.join(self.workdir, "installer.log")
-        self.argv = [NVCT, "toolkit", "install", "--toolkit-install-dir", self.install_dir,
-                     "--pid-file", self.pid_file, "--host-root", "/", *args]
+        self.argv = [*program, *args] if program else [
+            NVCT, "toolkit", "install", "--toolkit-install-dir", self.install_dir,
+            "--pid-file", self.pid_file, "--host-root", "/", *args]
         self.env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.ready_after: float | None = None
