@@ -15,9 +15,10 @@ def cdi_group():
 
 
 @cdi_group.command("generate", help="Write a CDI spec for this node's GPUs and MIG devices.")
-@click.option("--output", "output", default="", metavar="FILE",
+@click.option("--output", "output", default="", metavar="FILE", envvar="NVIDIA_CTK_CDI_OUTPUT_FILE_PATH",
               help="Write here (atomically) instead of to stdout; a name without .yaml/.json gets one.")
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"], case_sensitive=False), default=None,
+              envvar="NVIDIA_CTK_CDI_OUTPUT_FORMAT",
               help="Output format (default: from the --output extension, else yaml).")
 @click.option("--mode", "--discovery-mode", "mode", default="auto", show_default=True,
               type=click.Choice(["auto", "nvml", "management"], case_sensitive=False),

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from nvct import __version__
 
+#: The NVIDIA Container Toolkit release whose programs' interface nvct's follow: the version the
+#: packages' Provides give nvidia-container-toolkit(-base) and libnvidia-container-tools.
+REFERENCE_VERSION = "1.18.0"
+
 #: The OCI runtime-spec version nvct writes (the reference prints its own after ``spec:``).
 OCI_SPEC_VERSION = "1.2.0"
 

@@ -39,12 +39,14 @@ def test_image_installs_the_deb_that_build_deb_makes_for_this_version():
     assert "rm -rf /var/lib/apt/lists/*" in install
 
 
-def test_image_runs_the_node_installer():
+def test_image_runs_the_node_installer_by_the_reference_images_name():
     (entrypoint,) = _all("ENTRYPOINT")
-    assert json.loads(entrypoint) == ["/usr/bin/nvct", "toolkit", "install"]
-    # /usr/bin/nvct is the package's script nvct/scripts/nvct, which runs nvct.cli:main.
-    assert '"nvct/scripts/nvct"' in (REPO / "pyproject.toml").read_text()
-    assert "from nvct.cli import main" in (REPO / "nvct/scripts/nvct").read_text()
+    assert json.loads(entrypoint) == ["/usr/bin/nvidia-ctk-installer"]
+    # The GPU Operator runs these by name (its entrypoint script is bash, which debian:12-slim has);
+    # both are package scripts that run nvct toolkit install.
+    for program in ("nvidia-ctk-installer", "nvidia-toolkit"):
+        assert f'"nvct/scripts/{program}"' in (REPO / "pyproject.toml").read_text()
+        assert "from nvct.dropin.installer import main" in (REPO / f"nvct/scripts/{program}").read_text()
     assert not _all("CMD")
 
 

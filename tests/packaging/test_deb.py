@@ -21,8 +21,11 @@ from tests.support.rootfs import BUSYBOX, base_rootfs, make_rootfs
 from tests.support.runtimes import RUNC, create_start_delete
 
 from nvct import config
+from nvct.dropin.version import REFERENCE_VERSION
 
-PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook")
+PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
+            "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")
+UNITS = ("/lib/systemd/system/nvidia-cdi-refresh.service", "/lib/systemd/system/nvidia-cdi-refresh.path")
 CONFFILE = "/etc/nvidia-container-runtime/config.toml"
 OCI_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 NORMALIZE = "/usr/libexec/nvct/normalize-config"
@@ -96,7 +99,7 @@ def test_deb_is_named_and_versioned_for_the_project(deb):
 
 @needs_build_tools
 def test_deb_installs_the_programs_config_hook_and_python_package(deb):
-    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | {
+    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | set(UNITS) | {
         CONFFILE, OCI_HOOK, NORMALIZE, f"{SITE}/nvct/__init__.py", f"{SITE}/nvct/shim.py",
         f"{SITE}/nvct/hook.py", f"{SITE}/nvct/cli/__init__.py",
         "/usr/share/doc/nvct/copyright"}
@@ -136,8 +139,23 @@ def test_deb_depends_on_debians_python_modules(deb):
 def test_deb_takes_the_place_of_the_nvidia_container_toolkit(deb):
     assert _names(deb.fields["Conflicts"]) == set(TOOLKIT_PACKAGES)
     assert _names(deb.fields["Replaces"]) == set(TOOLKIT_PACKAGES)
-    # No nvidia-container-cli here: claiming libnvidia-container-tools would lie.
-    assert _names(deb.fields["Provides"]) == set(TOOLKIT_PACKAGES[:2])
+    # Versioned, so `Depends: nvidia-container-toolkit (>= 1.x)` holds; exactly the packages whose
+    # programs nvct ships (nvidia-container-cli is libnvidia-container-tools'; not libnvidia-container1).
+    provides = {p.strip() for p in deb.fields["Provides"].replace("\n", "").split(",")}
+    assert provides == {f"{name} (= {REFERENCE_VERSION})" for name in TOOLKIT_PACKAGES}
+
+
+@needs_build_tools
+def test_deb_enables_the_cdi_refresh_units(deb):
+    for unit in UNITS:
+        text = (deb.unpacked / unit[1:]).read_text()
+        assert "WantedBy=multi-user.target" in text
+    service = (deb.unpacked / UNITS[0][1:]).read_text()
+    assert "ExecStart=/usr/bin/nvidia-ctk cdi generate" in service
+    assert "Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml" in service
+    assert "PathChanged=/lib/modules/%v/modules.dep" in (deb.unpacked / UNITS[1][1:]).read_text()
+    postinst = (deb.control / "postinst").read_text()
+    assert "nvidia-cdi-refresh.path" in postinst and "nvidia-cdi-refresh.service" in postinst
 
 
 @needs_build_tools

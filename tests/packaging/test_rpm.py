@@ -16,7 +16,11 @@ import pytest
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.support.proc import SYSTEM_PATH, run
 
-PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook")
+from nvct.dropin.version import REFERENCE_VERSION
+
+PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
+            "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")
+UNITS = ("/usr/lib/systemd/system/nvidia-cdi-refresh.service", "/usr/lib/systemd/system/nvidia-cdi-refresh.path")
 CONFFILE = "/etc/nvidia-container-runtime/config.toml"
 OCI_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 NORMALIZE = "/usr/libexec/nvct/normalize-config"
@@ -65,7 +69,7 @@ def test_rpm_is_named_and_versioned_for_the_project(rpm):
 
 
 def test_rpm_installs_the_programs_config_hook_and_python_package(rpm):
-    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | {CONFFILE, OCI_HOOK, NORMALIZE}
+    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | set(UNITS) | {CONFFILE, OCI_HOOK, NORMALIZE}
     assert wanted <= set(rpm.files), sorted(wanted - set(rpm.files))
     modules = {SITE.sub("", f) for f in rpm.files if SITE.match(f)}
     assert {"nvct/__init__.py", "nvct/shim.py", "nvct/hook.py", "nvct/cli/__init__.py",
@@ -106,8 +110,9 @@ def test_rpm_requires_the_python_modules(rpm):
 
 def test_rpm_takes_the_place_of_the_nvidia_container_toolkit(rpm):
     assert set(rpm.query("--conflicts").split()) == set(TOOLKIT_PACKAGES)
-    assert set(TOOLKIT_PACKAGES[:2]) <= set(rpm.query("--provides").split())
-    assert "libnvidia-container-tools" not in rpm.query("--provides")
+    provides = {line.strip() for line in rpm.query("--provides").splitlines()}
+    assert {f"{name} = {REFERENCE_VERSION}" for name in TOOLKIT_PACKAGES} <= provides, sorted(provides)
+    assert not any(p.startswith("libnvidia-container1") for p in provides)
     assert rpm.query("--obsoletes").strip() == ""  # never replaced on a plain upgrade
 
 
@@ -128,3 +133,10 @@ def test_rpm_keeps_a_config_it_does_not_own_and_an_edited_one_on_erase(rpm, tmp_
     run([*rpm_cmd, "-e", "nvct"], env=BUILD_ENV, timeout=60).check()
     assert not (root / "usr/bin/nvct").exists()
     assert (root / (CONFFILE[1:] + ".rpmsave")).read_text() == "left by the NVIDIA Container Toolkit\n"
+
+
+def test_rpm_enables_the_cdi_refresh_units(rpm):
+    for unit in UNITS:
+        assert "WantedBy=multi-user.target" in rpm.payload[unit].decode()
+    scripts = rpm.query("--scripts")
+    assert "enable --now nvidia-cdi-refresh.path nvidia-cdi-refresh.service" in scripts
