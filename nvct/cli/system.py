@@ -11,8 +11,21 @@ import click
 from nvct.cli import load_config
 from nvct.errors import NvctError
 
-_NO_MODULE_LOADING = ("--load-kernel-modules is not supported: nvct never loads kernel modules "
-                      "(use nvidia-modprobe or modprobe on the host); using the modules already loaded")
+
+
+def _load_modules(config, dev_root: str, dry_run: bool) -> None:
+    """``--load-kernel-modules``: nvct.kmods, as the hook's load-kmods (only for this kernel's /proc)."""
+    import os
+
+    if dry_run:
+        _warn("--load-kernel-modules: not loading anything (--dry-run)")
+    elif os.path.normpath(config.proc_root) != "/proc":
+        _warn(f"--load-kernel-modules: {config.proc_root} is not this kernel's /proc: nothing loaded")
+    else:
+        from nvct import kmods
+
+        for problem in kmods.load(config.proc_root, dev_root):
+            _warn(problem)
 
 
 @click.group("system", help="Set up a GPU node: device nodes and /dev/char links.")
@@ -28,7 +41,7 @@ def system_group() -> None:
               help="Where /dev is (default: --root, else the config's nvct.dev-root).")
 @click.option("--root", "--driver-root", "root", metavar="DIR",
               help="The driver root; the default dev root when --dev-root is not given (the reference's rule).")
-@click.option("--load-kernel-modules", is_flag=True, help="Not supported: nvct never loads kernel modules.")
+@click.option("--load-kernel-modules", is_flag=True, help="Load nvidia, nvidia_uvm, nvidia_modeset first (modprobe; this kernel's /proc only).")
 @click.option("--dry-run", is_flag=True, envvar="DRY_RUN", help="Print what would be created; change nothing.")
 @click.pass_context
 def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kernel_modules, dry_run) -> None:
@@ -36,7 +49,7 @@ def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kerne
 
     config = load_config(ctx)
     if load_kernel_modules:
-        _warn(_NO_MODULE_LOADING)
+        _load_modules(config, dev_root or root or config.dev_root, dry_run)
     if not control_devices:
         _warn("nothing to do: pass --control-devices to create the control device nodes")
         return
@@ -57,7 +70,7 @@ def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kerne
               help="Link every node the loaded driver can have, not only the existing ones.")
 @click.option("--create-device-nodes", is_flag=True, envvar="CREATE_DEVICE_NODES",
               help="With --create-all: first create the missing control device nodes.")
-@click.option("--load-kernel-modules", is_flag=True, help="Not supported: nvct never loads kernel modules.")
+@click.option("--load-kernel-modules", is_flag=True, help="Load nvidia, nvidia_uvm, nvidia_modeset first (modprobe; this kernel's /proc only).")
 @click.option("--dry-run", is_flag=True, envvar="DRY_RUN", help="Print what would be linked; change nothing.")
 @click.pass_context
 def create_dev_char_symlinks_command(ctx, dev_char_path, dev_root, create_all, create_device_nodes,
@@ -67,7 +80,7 @@ def create_dev_char_symlinks_command(ctx, dev_char_path, dev_root, create_all, c
     config = load_config(ctx)
     dev_root = dev_root or config.dev_root
     if load_kernel_modules:
-        _warn(_NO_MODULE_LOADING)
+        _load_modules(config, dev_root, dry_run)
     actions = []
     if create_device_nodes:
         if create_all:

@@ -124,12 +124,14 @@ def test_no_nvidia_module_is_a_one_line_error(node, capsys):
     assert err == f"nvct: {proc}/devices: no 'nvidia' character device (is the NVIDIA kernel module loaded?)\n"
 
 
-def test_loading_kernel_modules_is_not_supported_and_said_so(node, capsys):
-    config, _, _ = node
+def test_loading_kernel_modules_only_for_this_kernels_proc(node, capsys):
+    config, _, proc = node
     code, out, err = _nvct(capsys, config, "create-device-nodes", "--control-devices", "--load-kernel-modules",
                            "--dry-run")
     assert code == 0 and "would create" in out
-    assert "--load-kernel-modules is not supported: nvct never loads kernel modules" in err
+    assert "--load-kernel-modules: not loading anything (--dry-run)" in err
+    code, out, err = _nvct(capsys, config, "create-device-nodes", "--load-kernel-modules")
+    assert f"--load-kernel-modules: {proc} is not this kernel's /proc: nothing loaded" in err
 
 
 def test_without_control_devices_there_is_nothing_to_do(node, capsys):

@@ -8,6 +8,8 @@
 2. Import time of each entry point (``python -X importtime``), against ``python -c pass``.
 3. The shim in passthrough (``--version`` and ``create`` of a non-GPU container) against runc.
 4. create -> start -> delete of an 8-GPU container: jit-cdi and legacy against plain runc, no GPU.
+5. Start-up of the reference-named programs (``--version``, an unknown hook) against ``nvct hook``
+   with an unknown hook, interleaved.
 """
 
 from __future__ import annotations
@@ -98,6 +100,28 @@ def lifecycles_ms(cases: dict[str, tuple[list[str], str, dict | None]], runs: in
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def dropin_startup_ms(rootfs: str, runs: int) -> dict[str, float]:
+    """Median wall time of each reference-named program, interleaved run by run with the baseline."""
+    state = json.dumps({"ociVersion": "1.0", "id": "bench", "pid": 0, "root": rootfs}).encode()
+    cases = {
+        "nvct_hook_unknown": [os.path.join(BIN, "nvct"), "hook", "no-such-hook"],
+        "nvidia_cdi_hook_unknown": [os.path.join(BIN, "nvidia-cdi-hook"), "no-such-hook"],
+        "nvidia_cdi_hook_version": [os.path.join(BIN, "nvidia-cdi-hook"), "--version"],
+        "nvidia_ctk_hook_unknown": [os.path.join(BIN, "nvidia-ctk"), "hook", "no-such-hook"],
+        "nvidia_ctk_version": [os.path.join(BIN, "nvidia-ctk"), "--version"],
+        "nvidia_container_cli_version": [os.path.join(BIN, "nvidia-container-cli"), "--version"],
+        "nvidia_ctk_installer_version": [os.path.join(BIN, "nvidia-ctk-installer"), "--version"],
+        "nvidia_container_runtime_hook_version": [os.path.join(BIN, "nvidia-container-runtime-hook"), "--version"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, argv in cases.items():
+            t = time.perf_counter()
+            subprocess.run(argv, input=state, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            times[name].append((time.perf_counter() - t) * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
@@ -133,6 +157,11 @@ def main() -> None:
     figures["shim_version_ms"] = shim_version
     figures["passthrough_added_ms"] = shim_version - runc_version
     figures["passthrough_ratio"] = shim_version / runc_version
+
+    startup = dropin_startup_ms(rootfs, opts.runs)
+    for name, ms in startup.items():
+        figures[f"{name}_ms"] = ms
+        figures[f"{name}_ratio_to_nvct_hook"] = ms / startup["nvct_hook_unknown"]
 
     config_text = open(node8["config"]).read()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
