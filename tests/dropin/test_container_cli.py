@@ -134,3 +134,20 @@ def test_option_parser_follows_argp():
     assert parse(["-k", "cmd", "-d", "x"], spec, in_order=True) == ({"load-kmods": True}, ["cmd", "-d", "x"])
     with pytest.raises(UsageError, match="doesn't allow an argument"):
         parse(["--load-kmods=1"], spec)
+
+
+def test_apptainers_and_enroots_command_lines_parse():
+    # Apptainer --nvccli: --user before configure, --no-cgroups, --ldconfig=@..., env-derived flags, ROOTFS
+    values, rest = parse(["--user", "configure", "--no-cgroups", "--device=0,1", "--mig-config=0",
+                          "--compute", "--utility", "--require=cuda>=12.0", "--ldconfig=@/sbin/ldconfig", "/r"],
+                         container_cli.GLOBAL, in_order=True)
+    assert values == {"user": True}
+    opts, operands = parse(rest[1:], container_cli.CONFIGURE)
+    assert operands == ["/r"] and opts["ldconfig"] == "@/sbin/ldconfig" and opts["no-cgroups"] is True
+    request = container_cli.configure_request(opts)
+    assert request.devices == ("0", "1") and request.capabilities == ("compute", "utility")
+    # enroot: --load-kmods configure --no-cgroups --pid=N --device=0,1 ROOTFS
+    _, rest = parse(["--load-kmods", "configure", "--no-cgroups", "--pid=14592", "--device=0,1", "/r"],
+                    container_cli.GLOBAL, in_order=True)
+    opts, operands = parse(rest[1:], container_cli.CONFIGURE)
+    assert opts["pid"] == "14592" and operands == ["/r"] and container_cli.configure_request(opts).capabilities == ()
