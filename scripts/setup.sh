@@ -16,6 +16,7 @@ APT_PACKAGES=(
   build-essential dpkg-dev debhelper dh-python python3-all pybuild-plugin-pyproject lintian
   rpm python3-build python3-installer python3-wheel
   iproute2 util-linux
+  systemd  # systemd-analyze verify: the nvidia-cdi-refresh units
 )
 
 missing=()

@@ -1,0 +1,78 @@
+"""The nvidia-cdi-refresh units the packages ship: systemd accepts them, and what they run works.
+
+systemd is not PID 1 here, so the units are checked with ``systemd-analyze verify``
+and their commands are run as the service would run them: the ExecCondition's
+grep on module lists with and without an NVIDIA module, and ExecStart
+(``nvidia-ctk cdi generate`` with the unit's environment, the output path
+overridden as the unit's EnvironmentFile allows) on the simulated node.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import VENV_BIN
+from tests.packaging.pkgtest import REPO
+
+UNITS = REPO / "packaging" / "systemd"
+SERVICE = UNITS / "nvidia-cdi-refresh.service"
+
+
+def _directives(path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def test_systemd_accepts_the_units(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("needs systemd-analyze (package systemd)")
+    for unit in UNITS.iterdir():
+        shutil.copy(unit, tmp_path)
+    proc = subprocess.run([analyze, "verify", "--man=no", *sorted(str(p) for p in tmp_path.iterdir())],
+                          capture_output=True, text=True, check=False)
+    problems = [l for l in (proc.stdout + proc.stderr).splitlines()
+                if not (l.endswith("Command /usr/bin/nvidia-ctk is not executable: No such file or directory")
+                        and not os.path.exists("/usr/bin/nvidia-ctk"))]
+    assert problems == [], problems
+
+
+def test_the_condition_matches_exactly_kernels_with_an_nvidia_module(tmp_path):
+    (condition,) = _directives(SERVICE)["ExecCondition"]
+    argv = [a.replace("\\\\", "\\") for a in shlex.split(condition)]  # systemd's unescaping
+    assert argv[:2] == ["/usr/bin/grep", "-qE"] and argv[3] == "/lib/modules/%v/modules.dep"
+    for text, found in (("kernel/drivers/video/nvidia.ko:\n", True),
+                        ("updates/dkms/nvidia-current.ko.xz: kernel/drivers/i2c.ko\n", True),
+                        ("kernel/drivers/gpu/nouveau.ko:\nkernel/nvidia-uvm-helper.ko:\n", False)):
+        modules_dep = tmp_path / "modules.dep"
+        modules_dep.write_text(text)
+        assert subprocess.run([*argv[:3], str(modules_dep)], check=False).returncode == (0 if found else 1), text
+
+
+def test_the_service_writes_the_nodes_spec(sim_node, tmp_path):
+    directives = _directives(SERVICE)
+    (start,) = directives["ExecStart"]
+    assert start == "/usr/bin/nvidia-ctk cdi generate"
+    env = dict(e.split("=", 1) for e in directives["Environment"])
+    assert env == {"NVIDIA_CTK_CDI_OUTPUT_FILE_PATH": "/var/run/cdi/nvidia.yaml"}
+    assert directives["EnvironmentFile"] == ["-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"]
+    output = tmp_path / "nvidia.yaml"  # what the env file may set; /var/run/cdi is the host's
+    env.update(NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=str(output), PATH="/usr/bin:/bin",
+               NVIDIA_CTK_CONFIG_FILE_PATH=sim_node["config"])
+    argv = [os.path.join(VENV_BIN, "nvidia-ctk"), *shlex.split(start)[1:]]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    spec = yaml.safe_load(output.read_text())
+    assert spec["kind"] == "nvidia.com/gpu"
+    names = {d["name"] for d in spec["devices"]}
+    assert {str(g["index"]) for g in sim_node["gpus"]} | {"all"} <= names
