@@ -328,3 +328,30 @@ def test_install_keeps_the_config_the_nvidia_container_toolkit_left(deb):
     finally:
         shutil.rmtree(os.path.dirname(CONFFILE), ignore_errors=True)
 
+
+
+@pytest.mark.skipif(not os.access(PODMAN, os.X_OK), reason=f"needs {PODMAN}")
+@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
+@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
+                    reason=f"needs {BUSYBOX} and gcc (the test image)")
+@needs_root_and_apt
+def test_podman_runs_a_reference_cdi_spec_through_the_packaged_nvidia_cdi_hook(deb, tmp_path):
+    """A spec in the layout NVIDIA's tools write, hooks at /usr/bin/nvidia-cdi-hook: the deb's."""
+    import yaml
+
+    from nvct.simulate.node import build_node
+    from tests.dropin.test_podman_reference_spec import reference_spec
+    from tests.support.podman import CDI_DIRS, cdi_spec, unique_cdi_vendor
+
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    node = build_node(tmp_path / "node")
+    image = ImageSpec()
+    build_image_tar(base_rootfs(), tmp_path / "image.tar", image.name, image.tag)
+    vendor = unique_cdi_vendor()
+    with _installed(deb) as files:
+        assert "/usr/bin/nvidia-cdi-hook" in files
+        with cdi_spec(yaml.safe_dump(reference_spec(node, vendor)), directory=CDI_DIRS[1], suffix=".yaml"), \
+                Podman(runtime=RUNC) as podman:
+            podman.load(tmp_path / "image.tar")
+            result = podman.run(["--rm", "--device", f"{vendor}/gpu=0", image.qualified_ref, "sh", "-c", GPU_CHECK])
+        _check_gpu_output(result)
