@@ -190,7 +190,7 @@ def _info(values: dict, argv: list[str]) -> int:
 def list_paths(driver, *, devices, mig_config, mig_monitor, libraries, binaries, ipcs, firmwares,
                compat32) -> list[str]:
     """Host paths in libnvidia-container's order: control nodes, GPUs, MIG files, binaries,
-    libraries (32-bit last), IPC, firmware."""
+    libraries (32-bit last), IPC, firmware. ``all`` selects every GPU and MIG device, as there."""
     from nvct.devices import Selection, select
 
     out: list[str] = []
@@ -200,14 +200,21 @@ def list_paths(driver, *, devices, mig_config, mig_monitor, libraries, binaries,
     if devices is not None:
         out += [driver.dev_host_path(n.path) for n in driver.control_nodes()]
         out += [driver.dev_host_path(driver.gpu_node(g).path) for g in selection.all_parents()]
-        if not (mig_config == ("all",) and mig_monitor == ("all",)):
+        if mig_config != ("all",) and mig_monitor != ("all",):
             for gpu, mig in selection.migs:
                 gi = f"{caps}/gpu{gpu.minor}/mig/gi{mig.gi}"
                 out += [f"{gi}/access", f"{gi}/ci{mig.ci}/access"]
     for ids, name in ((mig_config, "config"), (mig_monitor, "monitor")):
-        if ids == ("all",):
-            out.append(f"{caps}/mig/{name}")
-            out += [f"{caps}/gpu{g.minor}/mig" for g in selection.all_parents() if g.migs]
+        if not ids:
+            continue
+        if ids != ("all",):
+            raise UsageError(f"--mig-{name}: only 'all' devices are supported")
+        if selection.migs and devices != ("all",):
+            raise UsageError(f"--mig-{name}: cannot be used with specific MIG devices selected")
+        out.append(f"{caps}/mig/{name}")
+        # the visible GPUs that are MIG capable: the driver gives those a capabilities directory
+        out += [f"{caps}/gpu{g.minor}/mig" for g in selection.all_parents()
+                if os.path.isdir(f"{caps}/gpu{g.minor}/mig")]
     if binaries:
         from nvct.driver import BINARIES
 

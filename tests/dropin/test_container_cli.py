@@ -151,3 +151,15 @@ def test_apptainers_and_enroots_command_lines_parse():
                     container_cli.GLOBAL, in_order=True)
     opts, operands = parse(rest[1:], container_cli.CONFIGURE)
     assert opts["pid"] == "14592" and operands == ["/r"] and container_cli.configure_request(opts).capabilities == ()
+
+
+def test_list_mig_files_follow_list_c(sim_node):
+    gpu = next(g for g in sim_node["gpus"] if g["mig_enabled"])
+    caps = f"{sim_node['roots']['proc_root']}/driver/nvidia/capabilities"
+    mig = run_cli(sim_node, "list", f"--device={gpu['index']}:0").stdout.splitlines()
+    assert [p for p in mig if p.startswith(caps)] == [f"{caps}/gpu{gpu['minor']}/mig/gi1/access",
+                                                       f"{caps}/gpu{gpu['minor']}/mig/gi1/ci0/access"]
+    config = run_cli(sim_node, "list", "--device=all", "--mig-config=all").stdout.splitlines()
+    assert [p for p in config if p.startswith(caps)] == [f"{caps}/mig/config", f"{caps}/gpu{gpu['minor']}/mig"]
+    refused = run_cli(sim_node, "list", f"--device={gpu['index']}:0", "--mig-monitor=all")
+    assert refused.returncode == 1 and "cannot be used with specific MIG devices selected" in refused.stderr
