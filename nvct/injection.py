@@ -61,7 +61,8 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
 def selection_for(request: Request, driver: Driver, config) -> Selection:
     """The GPUs and MIG devices ``request`` names (``nvidia.com/gpu=<id>`` names included)."""
     default_kind = config.get("nvidia-container-runtime.modes.cdi.default-kind") or "nvidia.com/gpu"
-    return select(request.devices or (), driver, default_kind=default_kind)
+    what = "--device" if request.source == "nvidia-container-cli" else "NVIDIA_VISIBLE_DEVICES"
+    return select(request.devices or (), driver, default_kind=default_kind, what=what)
 
 
 def gpu_edits(driver: Driver, gpu: Gpu, capabilities=()) -> ContainerEdits:

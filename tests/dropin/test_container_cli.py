@@ -103,6 +103,7 @@ def test_version_and_bad_command_lines(sim_node):
                           (["configure"], "expected exactly one ROOTFS"),
                           (["configure", "/"], "invalid rootfs directory '/'"),
                           (["configure", "--pid=x", "/r"], "invalid --pid 'x'"),
+                          (["configure", "--device=9", "--pid=1", "/r"], "--device: unknown device '9'"),
                           (["list", "--device"], "requires an argument"),
                           (["--bogus", "info"], "unrecognized option '--bogus'")):
         proc = run_cli(sim_node, *argv)
