@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
         from nvct import config as config_mod, lowlevel
 
         config = config_mod.load()
+        _force_mode_by_name(config)
         runtime = lowlevel.find(config.runtimes)
         lowlevel.remember(config_mod.default_path(), runtime)
         if args.subcommand in ("create", "run"):
@@ -43,6 +44,18 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
         return 1
     lowlevel.execv(runtime, argv)
     return 1  # not reached
+
+
+#: ``nvidia-container-runtime.<suffix>``: the reference's per-mode programs (links to this one).
+_MODE_SUFFIXES = {"cdi": "cdi", "legacy": "legacy"}
+
+
+def _force_mode_by_name(config) -> None:
+    """Called as ``nvidia-container-runtime.cdi`` or ``.legacy``: that mode, whatever the config says."""
+    name = sys.argv[0].rpartition("/")[2]
+    base, dot, suffix = name.rpartition(".")
+    if dot and base == "nvidia-container-runtime" and suffix in _MODE_SUFFIXES:
+        config.data["nvidia-container-runtime"]["mode"] = _MODE_SUFFIXES[suffix]
 
 
 def _version_asked(argv: list[str]) -> bool:

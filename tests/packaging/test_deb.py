@@ -26,6 +26,8 @@ from nvct.dropin.version import REFERENCE_VERSION
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
             "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")
 UNITS = ("/lib/systemd/system/nvidia-cdi-refresh.service", "/lib/systemd/system/nvidia-cdi-refresh.path")
+#: The reference's per-mode runtimes: links to the runtime, which takes its mode from its name.
+MODE_RUNTIMES = ("/usr/bin/nvidia-container-runtime.cdi", "/usr/bin/nvidia-container-runtime.legacy")
 CONFFILE = "/etc/nvidia-container-runtime/config.toml"
 OCI_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 NORMALIZE = "/usr/libexec/nvct/normalize-config"
@@ -99,7 +101,9 @@ def test_deb_is_named_and_versioned_for_the_project(deb):
 
 @needs_build_tools
 def test_deb_installs_the_programs_config_hook_and_python_package(deb):
-    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | set(UNITS) | {
+    for link in MODE_RUNTIMES:
+        assert os.readlink(deb.unpacked / link[1:]) == "nvidia-container-runtime", link
+    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | set(UNITS) | set(MODE_RUNTIMES) | {
         CONFFILE, OCI_HOOK, NORMALIZE, f"{SITE}/nvct/__init__.py", f"{SITE}/nvct/shim.py",
         f"{SITE}/nvct/hook.py", f"{SITE}/nvct/cli/__init__.py",
         "/usr/share/doc/nvct/copyright"}
@@ -202,12 +206,12 @@ def _simulated_node(directory: Path) -> str:
     return build_node(directory)["config"]
 
 
-def _gpu_container(tmp: Path, name: str, config_path: str):
+def _gpu_container(tmp: Path, name: str, config_path: str, runtime: str = "/usr/bin/nvidia-container-runtime"):
     """Run a container asking for GPU 0 through the installed runtime; return result, spec."""
     bundle = tmp / name
     make_bundle(bundle, make_rootfs(bundle), ["/bin/sh", "-c", GPU_CHECK],
                 ["NVIDIA_VISIBLE_DEVICES=0"])
-    result = create_start_delete(["/usr/bin/nvidia-container-runtime"], bundle, timeout=60,
+    result = create_start_delete([runtime], bundle, timeout=60,
                                  env={"PATH": SYSTEM_PATH, "NVIDIA_CTK_CONFIG_FILE_PATH": config_path})
     return result, read_config(bundle)
 
@@ -284,6 +288,10 @@ def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path)
 
         _check_gpu_container(*_gpu_container(tmp_path, "jit-cdi", node_config), "nvct")
         _check_gpu_container(*_gpu_container(tmp_path, "legacy", str(legacy_config)),
+                             "nvidia-container-runtime-hook")
+        # the reference's per-mode program: legacy by its name, whatever the config's mode
+        _check_gpu_container(*_gpu_container(tmp_path, "by-name", node_config,
+                                             runtime="/usr/bin/nvidia-container-runtime.legacy"),
                              "nvidia-container-runtime-hook")
 
         # Reinstalling (what an upgrade runs) keeps the administrator's edits.

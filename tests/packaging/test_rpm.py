@@ -21,6 +21,7 @@ from nvct.dropin.version import REFERENCE_VERSION
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
             "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")
 UNITS = ("/usr/lib/systemd/system/nvidia-cdi-refresh.service", "/usr/lib/systemd/system/nvidia-cdi-refresh.path")
+MODE_RUNTIMES = ("/usr/bin/nvidia-container-runtime.cdi", "/usr/bin/nvidia-container-runtime.legacy")
 CONFFILE = "/etc/nvidia-container-runtime/config.toml"
 OCI_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 NORMALIZE = "/usr/libexec/nvct/normalize-config"
@@ -69,7 +70,7 @@ def test_rpm_is_named_and_versioned_for_the_project(rpm):
 
 
 def test_rpm_installs_the_programs_config_hook_and_python_package(rpm):
-    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | set(UNITS) | {CONFFILE, OCI_HOOK, NORMALIZE}
+    wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | set(UNITS) | set(MODE_RUNTIMES) | {CONFFILE, OCI_HOOK, NORMALIZE}
     assert wanted <= set(rpm.files), sorted(wanted - set(rpm.files))
     modules = {SITE.sub("", f) for f in rpm.files if SITE.match(f)}
     assert {"nvct/__init__.py", "nvct/shim.py", "nvct/hook.py", "nvct/cli/__init__.py",
