@@ -87,11 +87,34 @@ class Mount(Record):
         return out
 
 
+#: PATH of every hook nvct writes: the system directories, nothing from a container.
+HOOK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The sealed environment of every hook nvct writes (jit-cdi, CDI specs, legacy, hooks.d,
+#: the toolkit's). A hook without ``env`` runs with its runtime's environment, and runc
+#: gives a createContainer hook the *container's*, cwd its rootfs (CVE-2025-23266). An
+#: empty list seals it under runc and crun, but Go's ``omitempty`` drops it on the way
+#: through podman and containerd, so the list is never empty. See docs/security.md.
+HOOK_ENV = ("PATH=" + HOOK_PATH,)
+
+
+def hook_env(*extra: str) -> tuple[str, ...]:
+    """:data:`HOOK_ENV` plus ``NAME=value`` entries that nvct itself sets (never a container)."""
+    return HOOK_ENV + tuple(extra)
+
+
+def is_sealed(hook: dict[str, Any]) -> bool:
+    """Whether a spec's hook entry (CDI or OCI shape) fixes its own environment."""
+    return bool(hook.get("env"))
+
+
 class Hook(Record):
-    """An OCI hook: ``path`` is executed with exactly ``args`` and ``env``."""
+    """An OCI hook: ``path`` is executed with exactly ``args`` and ``env``.
+
+    ``env`` defaults to :data:`HOOK_ENV`: a hook nvct writes is always sealed.
+    """
 
     __slots__ = ("hook_name", "path", "args", "env", "timeout", "reason")
-    _defaults = {"args": (), "env": (), "timeout": None, "reason": ""}
+    _defaults = {"args": (), "env": HOOK_ENV, "timeout": None, "reason": ""}
     hook_name: str
     path: str
     args: tuple[str, ...]

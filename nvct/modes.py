@@ -14,7 +14,7 @@ import os
 import sys
 
 from nvct import ocispec
-from nvct.edits import ContainerEdits, Hook
+from nvct.edits import ContainerEdits, Hook, hook_env
 from nvct.errors import NvctError
 from nvct.lowlevel import which
 from nvct.request import VISIBLE_DEVICES, Request
@@ -107,7 +107,7 @@ def _legacy(spec: dict[str, Any], config, why: str, request: Request,
         env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
     if log_format:
         env.append(f"{LOG_FORMAT_ENV}={log_format}")
-    hook = Hook("prestart", legacy_hook_path(config), (HOOK_NAME, "prestart"), tuple(env),
+    hook = Hook("prestart", legacy_hook_path(config), (HOOK_NAME, "prestart"), hook_env(*env),
                 reason="legacy mode: the hook injects the GPU inside the container")
     ocispec.add_hook(spec, hook)
     return Modification("legacy", why, ContainerEdits(hooks=[hook]), devices)

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from nvct import ocispec
-from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
+from nvct.edits import HOOK_ENV, ContainerEdits, DeviceNode, Hook, Mount
 from nvct.errors import SpecError
 
 
@@ -43,7 +43,8 @@ def test_apply_edits_cdi_semantics():
         {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]
     assert spec["mounts"] == [{"destination": "/usr/bin/nvidia-smi", "type": "bind", "source": "/host/nvidia-smi",
                                "options": ["ro", "rbind"]}]
-    assert spec["hooks"]["createContainer"] == [{"path": "/usr/bin/nvct", "args": ["nvct", "hook", "chain"]}]
+    assert spec["hooks"]["createContainer"] == [{"path": "/usr/bin/nvct", "args": ["nvct", "hook", "chain"],
+                                                 "env": list(HOOK_ENV)}]
     assert spec["process"]["user"]["additionalGids"] == [44]
 
 

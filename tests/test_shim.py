@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from nvct.edits import HOOK_ENV
+
 BIN = os.path.dirname(sys.executable)
 SHIM = os.path.join(BIN, "nvidia-container-runtime")
 HEAVY = ("click", "tomlkit", "yaml", "elftools", "nvct.nvml", "ctypes", "dataclasses", "logging")
@@ -116,7 +118,7 @@ def test_legacy_mode_inserts_the_hook_once(tmp_path, fake_runc, sim_node):
     [hook] = spec["hooks"]["prestart"]
     assert hook["path"] == os.path.join(BIN, "nvidia-container-runtime-hook")
     assert hook["args"] == ["nvidia-container-runtime-hook", "prestart"]
-    assert hook["env"] == [f"NVIDIA_CTK_CONFIG_FILE_PATH={config}"]
+    assert hook["env"] == [*HOOK_ENV, f"NVIDIA_CTK_CONFIG_FILE_PATH={config}"]
 
 
 def test_jit_cdi_mode_writes_devices_mounts_and_hides_env(tmp_path, fake_runc, sim_node):

@@ -24,9 +24,10 @@ _IN_CONTAINER_HOOKS = ("createContainer", "startContainer")
 
 
 def transform_root(raw: dict[str, Any], from_root: str, to_root: str, relative_to: str = "host") -> None:
-    """Rewrite ``raw`` (a spec mapping) in place."""
+    """Rewrite ``raw`` (a spec mapping) in place; every hook comes out sealed."""
     if relative_to not in RELATIVE_TO:
         raise ValueError(f"relative_to must be one of {RELATIVE_TO}, not {relative_to!r}")
+    _seal_hooks(raw)
     if posixpath.normpath(from_root or "/") == posixpath.normpath(to_root or "/"):
         return
     move = _mover(from_root or "/", to_root or "/")
@@ -36,6 +37,17 @@ def transform_root(raw: dict[str, Any], from_root: str, to_root: str, relative_t
             edit(device["containerEdits"], move)
     if raw.get("containerEdits"):
         edit(raw["containerEdits"], move)
+
+
+def _seal_hooks(raw: dict[str, Any]) -> None:
+    """Give every hook without ``env`` nvct's fixed one: the spec we write never lets a
+    hook inherit a container's environment (docs/security.md)."""
+    from nvct.edits import HOOK_ENV, is_sealed
+
+    for edits in [d.get("containerEdits") or {} for d in raw.get("devices") or ()] + [raw.get("containerEdits") or {}]:
+        for hook in edits.get("hooks") or ():
+            if not is_sealed(hook):
+                hook["env"] = list(HOOK_ENV)
 
 
 def _mover(root: str, target: str) -> Callable[[str], str]:

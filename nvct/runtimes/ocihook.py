@@ -2,7 +2,7 @@
 
 Podman and CRI-O read ``*.json`` hook files (``"version": "1.0.0"``); the hook
 runs with exactly the ``env`` given, so PATH is set to the usual system
-directories plus the hook's own. Deprecated upstream, kept for CRI-O setups
+directories plus the hook's own (the sealed hook environment, docs/security.md). Deprecated upstream, kept for CRI-O setups
 that still use it.
 """
 
@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 import os
 
+from nvct.edits import HOOK_PATH
 from nvct.errors import ConfigError
 
 DEFAULT_HOOK_BINARY = "/usr/bin/nvidia-container-runtime-hook"
-_SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 def hook_spec(hook_binary: str = DEFAULT_HOOK_BINARY) -> dict:
     """The hook file's content, in the reference's key order."""
     if not os.path.isabs(hook_binary):
         raise ConfigError(f"{hook_binary}: the NVIDIA runtime hook path must be absolute")
-    path_dirs = list(_SYSTEM_PATH)
+    path_dirs = HOOK_PATH.split(":")
     if os.path.dirname(hook_binary) not in path_dirs:
         path_dirs.append(os.path.dirname(hook_binary))
     return {

@@ -7,6 +7,9 @@ import copy
 import pytest
 
 from nvct.cdi.transform import transform_root
+from nvct.edits import HOOK_ENV
+
+ENV = list(HOOK_ENV)
 
 SPEC = {
     "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
@@ -20,10 +23,10 @@ SPEC = {
         ],
         "hooks": [
             {"hookName": "createContainer", "path": "/driver/bin/nvct",
-             "args": ["nvct", "hook", "create-symlinks", "--link", "/driver/a::/driver/b"]},
+             "args": ["nvct", "hook", "create-symlinks", "--link", "/driver/a::/driver/b"], "env": ENV},
             {"hookName": "createRuntime", "path": "/driver/bin/nvct",
-             "args": ["nvct", "/driver/lib", "--link", "/driver/a::/driver/b", "/other"]},
-            {"hookName": "startContainer", "path": "/driver/bin/in-container", "args": ["/driver/x"]},
+             "args": ["nvct", "/driver/lib", "--link", "/driver/a::/driver/b", "/other"], "env": ENV},
+            {"hookName": "startContainer", "path": "/driver/bin/in-container", "args": ["/driver/x"], "env": ENV},
         ],
     },
 }
@@ -46,7 +49,7 @@ def test_host_relative_moves_host_side_paths():
     ]
     create, runtime, start = raw["containerEdits"]["hooks"]
     assert create == {"hookName": "createContainer", "path": "/host/bin/nvct",
-                      "args": ["nvct", "hook", "create-symlinks", "--link", "/driver/a::/driver/b"]}
+                      "args": ["nvct", "hook", "create-symlinks", "--link", "/driver/a::/driver/b"], "env": ENV}
     assert runtime["path"] == "/host/bin/nvct"
     assert runtime["args"] == ["nvct", "/host/lib", "--link", "/host/a::/host/b", "/other"]
     assert start == SPEC["containerEdits"]["hooks"][2]
@@ -64,7 +67,7 @@ def test_container_relative_moves_container_side_paths():
     assert create["path"] == "/driver/bin/nvct"
     assert create["args"][-1] == "/host/a::/host/b"
     assert runtime == SPEC["containerEdits"]["hooks"][1]
-    assert start == {"hookName": "startContainer", "path": "/host/bin/in-container", "args": ["/host/x"]}
+    assert start == {"hookName": "startContainer", "path": "/host/bin/in-container", "args": ["/host/x"], "env": ENV}
 
 
 def test_from_the_root_directory_prefixes_every_host_path():
@@ -81,3 +84,14 @@ def test_same_roots_change_nothing(from_root, to_root):
 def test_relative_to_must_be_host_or_container():
     with pytest.raises(ValueError, match="relative_to"):
         transform_root(copy.deepcopy(SPEC), "/a", "/b", "pod")
+
+
+@pytest.mark.parametrize("relative_to", ["host", "container"])
+def test_a_hook_without_env_comes_out_sealed(relative_to):
+    """A stale spec's hook inherits a container's env under runc (CVE-2025-23266): never pass one on."""
+    raw = copy.deepcopy(SPEC)
+    for hook in raw["containerEdits"]["hooks"]:
+        del hook["env"]
+    raw["containerEdits"]["hooks"][1]["env"] = ["PATH=/opt/vendor/bin"]
+    transform_root(raw, "/driver", "/driver", relative_to)
+    assert [h["env"] for h in raw["containerEdits"]["hooks"]] == [ENV, ["PATH=/opt/vendor/bin"], ENV]
