@@ -319,12 +319,12 @@ class Driver:
     def _tls_abi_ok(self, lib: Library) -> bool:
         """libnvidia-tls only with the new TLS ABI (an ELF note "Linux 2.3.99"), as libnvidia-container.
 
-        Read with pyelftools, so only graphics containers pay for it.
+        Read straight from the program headers: no pyelftools import on this path.
         """
         from nvct import elf
 
         try:
-            ok = elf.read(self.host_path(lib.path)).abi_tag == _TLS_ABI
+            ok = elf.abi_tag(self.host_path(lib.path)) == _TLS_ABI
         except NvctError as e:
             logger.warning("skipping %s: %s", lib.path, e)
             return False

@@ -14,12 +14,11 @@ from __future__ import annotations
 import itertools
 import os
 import stat
-from dataclasses import dataclass
-from typing import IO, Union
+from collections import namedtuple
 
 from nvct.errors import NvctError
 
-__all__ = ["ElfInfo", "read"]
+__all__ = ["ElfInfo", "read", "abi_tag"]
 
 # Bounds on loops driven by header fields, so a corrupt file cannot keep us
 # busy: real libraries have a few dozen dynamic tags and a handful of notes.
@@ -45,18 +44,22 @@ _MACHINES = {
     ("EM_LOONGARCH", 64): "loongarch64",
 }
 
-PathOrFile = Union[str, "os.PathLike[str]", IO[bytes]]
+TYPE_CHECKING = False  # typing and dataclasses cost ~10 ms: abi_tag() runs in cdi generate
+if TYPE_CHECKING:
+    from typing import IO, Union
+
+    PathOrFile = Union[str, "os.PathLike[str]", IO[bytes]]
 
 
-@dataclass(frozen=True)
-class ElfInfo:
-    """What :func:`read` learns from one ELF file."""
+class ElfInfo(namedtuple("_ElfInfo", "elf_class machine soname needed abi_tag")):
+    """What :func:`read` learns from one ELF file.
 
-    elf_class: int  # 32 or 64
-    machine: str  # 'x86_64', 'i386', 'aarch64', ... or 'unknown'
-    soname: str | None
-    needed: tuple[str, ...]
-    abi_tag: tuple[int, int, int] | None  # Linux ABI tag, e.g. (3, 2, 0)
+    ``elf_class`` 32 or 64; ``machine`` 'x86_64', 'i386', 'aarch64', ... or
+    'unknown'; ``soname`` or None; ``needed`` a tuple; ``abi_tag`` the Linux
+    ABI tag, e.g. (3, 2, 0), or None.
+    """
+
+    __slots__ = ()
 
 
 def read(path: PathOrFile, *, name: str | None = None) -> ElfInfo:
@@ -106,6 +109,80 @@ def _read_stream(stream: IO[bytes], label: str) -> ElfInfo:
         # pyelftools is not hardened: damage surfaces as ELFError but also
         # as construct, lookup, overflow, attribute or recursion errors.
         raise NvctError(f"{label}: corrupt ELF file ({_one_line(e)})") from None
+
+
+def abi_tag(path: str) -> tuple[int, int, int] | None:
+    """Only the Linux ``NT_GNU_ABI_TAG`` of ``path``, read straight from its program headers.
+
+    ``cdi generate`` and graphics containers check libnvidia-tls's tag; this
+    reads a few hundred bytes with ``os.pread`` instead of importing
+    pyelftools (~30 ms). Same bounds as :func:`read`; raises NvctError.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as e:
+        raise NvctError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NvctError(f"{path}: not a regular file")
+        return _notes_abi_tag(fd, st.st_size, path)
+    except OSError as e:
+        raise NvctError(f"{path}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def _notes_abi_tag(fd: int, size: int, label: str) -> tuple[int, int, int] | None:
+    import struct
+
+    head = os.pread(fd, 64, 0)
+    if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+        raise NvctError(f"{label}: not an ELF file")
+    end = "<" if head[5] == 1 else ">"
+    if head[4] == 2:
+        if len(head) < 64:
+            raise NvctError(f"{label}: corrupt ELF file (truncated header)")
+        phoff, = struct.unpack_from(end + "Q", head, 32)
+        phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
+        phdr, min_entsize = end + "I4xQ16xQ8xQ", 56  # type, offset, filesz, align
+    else:
+        phoff, = struct.unpack_from(end + "I", head, 28)
+        phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
+        phdr, min_entsize = end + "II8xI8xI", 32
+    if phentsize < min_entsize or phoff + phentsize * phnum > size:
+        raise NvctError(f"{label}: corrupt ELF file (program headers outside the file)")
+    table = os.pread(fd, phentsize * phnum, phoff)
+    for i in range(phnum):
+        if struct.unpack_from(end + "I", table, i * phentsize)[0] != 4:  # PT_NOTE
+            continue
+        _, offset, filesz, align = struct.unpack_from(phdr, table, i * phentsize)
+        if offset >= size or filesz > size - offset:
+            continue
+        found = _abi_note(os.pread(fd, min(filesz, 1 << 16), offset), end, 8 if align == 8 else 4)
+        if found is not None:
+            return found
+    return None
+
+
+def _abi_note(data: bytes, end: str, align: int) -> tuple[int, int, int] | None:
+    import struct
+
+    pos = 0
+    for _ in range(_MAX_NOTES):
+        if pos + _NOTE_HEADER_SIZE > len(data):
+            return None
+        namesz, descsz, kind = struct.unpack_from(end + "III", data, pos)
+        name_at = pos + _NOTE_HEADER_SIZE
+        desc_at = name_at + -(-namesz // align) * align
+        if desc_at + descsz > len(data):
+            return None
+        if kind == 1 and data[name_at:name_at + namesz] == b"GNU\0" and descsz >= _ABI_TAG_SIZE:
+            os_, major, minor, tiny = struct.unpack_from(end + "IIII", data, desc_at)
+            if os_ == 0:  # ELF_NOTE_OS_LINUX
+                return (major, minor, tiny)
+        pos = desc_at + -(-descsz // align) * align
+    return None
 
 
 class _Bounded:

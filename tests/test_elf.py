@@ -195,3 +195,26 @@ def test_corruption_gives_info_or_error(sample, data):
 
 def _host_is_x86_64() -> bool:
     return os.uname().machine == "x86_64"
+
+
+def test_abi_tag_reads_the_same_tag_as_read_without_pyelftools(libs, libs32):
+    for path in (*libs.values(), *libs32.values()):
+        assert elf.abi_tag(str(path)) == elf.read(path).abi_tag
+    code = f"import sys, nvct.elf; nvct.elf.abi_tag({str(libs['tagged64'])!r}); assert 'elftools' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_abi_tag_of_corrupt_bytes_is_a_tag_none_or_error(sample, tmp_path, data):
+    damaged = bytearray(sample)
+    for _ in range(data.draw(st.integers(1, 8), label="flips")):
+        damaged[data.draw(st.integers(0, min(0x40 * 8, len(sample)) - 1))] = data.draw(st.integers(0, 255))
+    path = tmp_path / "damaged.so"
+    path.write_bytes(bytes(damaged[: data.draw(st.integers(0, len(damaged)))]))
+    try:
+        tag = elf.abi_tag(str(path))
+    except NvctError as e:
+        assert "\n" not in str(e)
+    else:
+        assert tag is None or len(tag) == 3

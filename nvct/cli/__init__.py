@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         from nvct.hooks import main as hook_main
 
         return hook_main(argv[1:])
+    if argv[:2] == ["cdi", "generate"]:  # the refresh units' command: no click when plain
+        from nvct.cli.cdi_generate import fast_main
+
+        rc = fast_main(argv[2:])
+        if rc is not None:
+            return rc
     return _click_main(argv)
 
 

@@ -7,6 +7,7 @@ import sys
 import click
 
 from nvct.cli import load_config
+from nvct.cli.cdi_generate import output_format
 
 
 @click.group("cdi", help="Container Device Interface specs: generate, list, transform.")
@@ -40,29 +41,13 @@ def cdi_group():
 @click.pass_context
 def generate_command(ctx, output, fmt, mode, strategies, device_ids, driver_root, dev_root, vendor, cls,
                      no_all_device, hook_path):
-    from nvct.cdi import encoding, generate, spec as spec_mod
-    from nvct.driver import Driver
-    from nvct.errors import NvctError
-    from nvct.injection import hook_executable
+    from nvct.cli.cdi_generate import run
 
-    config = load_config(ctx)
-    fmt = _output_format(fmt, output)
-    if hook_path is not None and not hook_path.startswith("/"):
-        raise NvctError(f"--hook-path: {hook_path!r} is not an absolute path")
-    if dev_root is None:
-        dev_root = driver_root if driver_root is not None else config.dev_root
-    driver = Driver(driver_root or config.driver_root, dev_root or "/", config.proc_root,
-                    config.get("nvidia-container-cli.ldcache") or None)
-    raw = generate.generate(
-        driver, hook_path=hook_path or hook_executable(config), vendor=vendor, cls=cls,
-        device_ids=_split(device_ids) or ("all",), strategies=strategies or generate.DEFAULT_STRATEGIES,
-        mode=mode.lower(), all_device=not no_all_device)
-    if not output:
-        sys.stdout.write(encoding.dumps(raw, fmt))
-        return
-    written = spec_mod.save(raw, output, fmt)
-    click.echo(f"nvct: wrote {written} (cdiVersion {raw['cdiVersion']}, "
-               f"{len(raw['devices'])} devices)", err=True)
+    message = run(load_config(ctx), output=output, fmt=fmt, mode=mode, strategies=strategies,
+                  device_ids=device_ids, driver_root=driver_root, dev_root=dev_root, vendor=vendor,
+                  cls=cls, no_all_device=no_all_device, hook_path=hook_path)
+    if message:
+        click.echo(message, err=True)
 
 
 @cdi_group.command("list", help="List the CDI devices the spec directories define.")
@@ -111,23 +96,9 @@ def transform_root_command(from_root, to_root, relative_to, input_path, output, 
         spec_mod.validate(raw, spec.path)
     except schema.Invalid as e:
         raise SpecError(f"{spec.path}: transformed spec is invalid: {e}") from None
-    fmt = _output_format(fmt, output, default=encoding.format_for(input_path) or "yaml")
+    fmt = output_format(fmt, output, default=encoding.format_for(input_path) or "yaml")
     if not output:
         sys.stdout.write(encoding.dumps(raw, fmt))
         return
     spec_mod.save(raw, output, fmt)
 
-
-def _split(values) -> tuple[str, ...]:
-    """Repeated options that may also hold comma-separated lists (``--device-id 0,1``)."""
-    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
-
-
-def _output_format(fmt: str | None, output: str, default: str = "yaml") -> str:
-    from nvct.cdi.encoding import format_for
-    from nvct.errors import NvctError
-
-    implied = format_for(output) if output else None
-    if fmt and implied and fmt.lower() != implied:
-        raise NvctError(f"--format {fmt} does not match --output {output}")
-    return (fmt or implied or default).lower()

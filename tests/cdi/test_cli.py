@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
+import tempfile
 import time
+
+import pytest
 
 import yaml
 
@@ -95,6 +99,36 @@ def test_generate_for_8_gpus_with_mig_is_fast(entry_points, mig_node, tmp_path):
         assert proc.returncode == 0, proc.stderr
     assert len(spec.read(out).devices) == 2 * (8 + 56) + 1
     assert min(timings) < GENERATE_BUDGET_S, f"nvct cdi generate took {min(timings) * 1000:.0f} ms"
+
+
+@pytest.mark.parametrize("args", [
+    ("--hook-path", "/usr/bin/nvct"),
+    ("--format=JSON", "--device-id", "0,1", "--device-name-strategy", "uuid", "--no-all-device"),
+    ("--vendor", "example.com", "--class=gpu", "--mode", "management"),
+])
+def test_generate_without_click_writes_what_the_click_path_writes(entry_points, node, args):
+    """A plain command line skips click (~20 ms); ``--debug`` goes through click: same spec."""
+    fast = _nvct(entry_points, "cdi", "generate", *args, config=node["config"])
+    slow = _nvct(entry_points, "--debug", "cdi", "generate", *args, config=node["config"])
+    assert fast.returncode == slow.returncode == 0, fast.stderr + slow.stderr
+    assert fast.stdout == slow.stdout
+
+
+def test_generate_imports_no_click_for_a_plain_command_line(node):
+    code = ("import sys; from nvct.cli import main; main(['cdi', 'generate', '--output', sys.argv[1]]);"
+            "assert 'click' not in sys.modules and 'elftools' not in sys.modules")
+    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=node["config"])
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run([sys.executable, "-c", code, os.path.join(d, "nvidia.yaml")], check=True, env=env)
+
+
+@pytest.mark.parametrize("args, error", [
+    (("--format", "toml"), "Invalid value for '--format'"),
+    (("--no-such-option",), "No such option: --no-such-option"),
+])
+def test_generate_leaves_odd_command_lines_to_click(entry_points, node, args, error):
+    proc = _nvct(entry_points, "cdi", "generate", *args, config=node["config"])
+    assert proc.returncode == 2 and error in proc.stderr
 
 
 def test_list_prints_qualified_names_and_warns_about_invalid_files(entry_points, tmp_path):
