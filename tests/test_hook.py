@@ -99,12 +99,13 @@ def test_chain_runs_steps_in_order_and_chmod_validates_mode(tmp_path):
 
 
 def test_hook_never_imports_from_pythonpath(tmp_path):
-    # docker --gpus hands the hook dockerd's whole environment: a PYTHONPATH there must not
-    # decide which code the privileged hook runs (shebang -I, and a guard if a packager drops it).
+    # A PYTHONPATH in a hook's environment means its seal failed: the hook refuses with one
+    # line, and never runs code from there (started by sh with -I, or re-exec'd with -I).
     evil = tmp_path / "evil" / "nvct"
     evil.mkdir(parents=True)
     (evil / "__init__.py").write_text('raise SystemExit("imported from PYTHONPATH")\n')
     script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "nvct/scripts/nvidia-container-runtime-hook")
     for argv in ([HOOK, "poststart"], [sys.executable, script, "poststart"]):  # with and without -I
         r = run(argv, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "evil")})
-        assert (r.returncode, r.stderr) == (0, ""), argv
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, argv
+        assert "refusing to run: PYTHONPATH is set in the hook's environment" in r.stderr
