@@ -66,6 +66,9 @@ def main() -> int:
     sys.argv = sys.argv[2:]
     if sys.argv[1:] == ["--check"]:
         return check()
+    from nvct.hookenv import check as check_hook_env
+
+    check_hook_env(program)
     module = __import__(PROGRAMS[program], fromlist=["main"])
     return module.main()
 
