@@ -50,12 +50,21 @@ def _runtime_dirs(value: str) -> bool:
                for d in value.split(":"))
 
 
-def check(program: str, argv: list[str] | None = None) -> None:
-    """Exit 1 with one line if this hook's environment is not sealed; else go on from ``/``."""
+def check(program: str, argv: list[str] | None = None, own_lib_dir: str | None = None) -> None:
+    """Exit 1 with one line if this hook's environment is not sealed; else go on from ``/``.
+
+    ``own_lib_dir``: the toolkit directory's ``lib``, which its wrapper puts first in
+    ``LD_LIBRARY_PATH`` itself; what follows it is judged as the caller's.
+    """
     argv = sys.argv if argv is None else argv
     if not is_hook(program, argv):
         return
-    name = unsealed(program)
+    environ = dict(os.environ)
+    if own_lib_dir and environ.get("LD_LIBRARY_PATH", "").split(":")[0] == own_lib_dir:
+        rest = environ.pop("LD_LIBRARY_PATH")[len(own_lib_dir) + 1:]
+        if rest:
+            environ["LD_LIBRARY_PATH"] = rest
+    name = unsealed(program, environ)
     if name:
         sys.stderr.write(f"{program}: refusing to run: {name} is set in the hook's environment; "
                          "a hook's env must be the fixed one nvct writes (see docs/security.md)\n")

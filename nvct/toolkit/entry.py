@@ -68,7 +68,7 @@ def main() -> int:
         return check()
     from nvct.hookenv import check as check_hook_env
 
-    check_hook_env(program)
+    check_hook_env(program, own_lib_dir=os.path.dirname(python_dir()))
     module = __import__(PROGRAMS[program], fromlist=["main"])
     return module.main()
 
