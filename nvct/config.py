@@ -164,55 +164,12 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Confi
     return Config(_parse_cached(raw, path), path, env)
 
 
-#: Parsed configs are cached here (root only): tomllib costs ~10 ms to import on every container start.
-CACHE_DIR = "/run/nvct/config-cache"
-
-
 def _parse_cached(raw: bytes, path: str) -> dict:
-    """``parse_toml``, remembered by content: the entry holds the raw bytes it was parsed from.
+    """``parse_toml``, remembered by content (nvct.parsecache): tomllib costs ~10 ms to import."""
+    from nvct.parsecache import parse_cached
 
-    marshal, not json: it is built in, and json would import ``re`` on every container start.
-    """
-    import marshal
-
-    cache = _cache_file(path)
-    if cache:
-        try:
-            with open(cache, "rb") as f:
-                cached_raw, data = marshal.loads(f.read())
-            if cached_raw == raw and isinstance(data, dict):
-                return data
-        except (OSError, ValueError, EOFError, TypeError):
-            pass
-    data = parse_toml(raw, path)
-    if cache:
-        tmp = f"{cache}.{os.getpid()}.tmp"
-        try:
-            blob = marshal.dumps((raw, data))
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-                f.write(blob)
-            os.replace(tmp, cache)
-        except (OSError, ValueError):  # ValueError: a TOML date, which marshal cannot hold
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-    return data
-
-
-def _cache_file(path: str) -> str | None:
-    """The cache entry for ``path``, only where nobody but root can write it."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        os.makedirs(CACHE_DIR, mode=0o700, exist_ok=True)
-        st = os.stat(CACHE_DIR)
-    except OSError:
-        return None
-    if st.st_uid != 0 or st.st_mode & 0o077:
-        return None
-    name = os.path.abspath(path).replace("%", "%25").replace("/", "%")
-    return os.path.join(CACHE_DIR, name[-200:] + ".marshal")
+    data = parse_cached(raw, path, "config", lambda b: parse_toml(b, path))
+    return data if isinstance(data, dict) else parse_toml(raw, path)
 
 
 def parse_toml(raw: bytes, path: str) -> dict[str, object]:

@@ -78,14 +78,24 @@ def save(raw: Mapping[str, Any], path: str, fmt: str) -> str:
 
 
 def read(path: str) -> Spec:
-    """Read and validate the spec at ``path``; SpecError names the file and the reason."""
-    return parse(_read_bytes(path), path)
+    """Read and validate the spec at ``path``; SpecError names the file and the reason.
+
+    The YAML/JSON parse is remembered by content (nvct.parsecache): in cdi mode
+    the shim reads every spec on each container start, and PyYAML's import and
+    parse cost ~35 ms of it. Validation still runs on every read.
+    """
+    return parse(_read_bytes(path), path, cache=True)
 
 
-def parse(data: bytes | str, path: str) -> Spec:
+def parse(data: bytes | str, path: str, *, cache: bool = False) -> Spec:
     """Validate spec content; ``path`` is for messages (and the Spec's ``path``)."""
     try:
-        raw = encoding.loads(data)
+        if cache and isinstance(data, bytes):
+            from nvct.parsecache import parse_cached
+
+            raw = parse_cached(data, path, "cdi-spec", encoding.loads)
+        else:
+            raw = encoding.loads(data)
         if raw is None:
             raise Invalid("empty file (no spec)")
         return validate(raw, path)

@@ -181,3 +181,22 @@ def test_save_replaces_an_existing_file_with_mode_0644(tmp_path):
     spec.save(minimal_spec(), str(target), "yaml")
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert spec.read(str(target)).raw == minimal_spec()
+
+
+def test_read_sees_every_change_of_a_cached_spec_and_still_validates(tmp_path, monkeypatch):
+    """The parse is cached by content (nvct.parsecache); validation runs on every read."""
+    from nvct import parsecache
+
+    monkeypatch.setattr(parsecache, "ROOT", str(tmp_path / "run"))
+    path = write_spec(tmp_path, "a.yaml", minimal_spec(name="dev0"))
+    assert [d.name for d in spec.read(path).devices] == ["dev0"]
+    assert [d.name for d in spec.read(path).devices] == ["dev0"]
+    st = os.stat(path)
+    write_spec(tmp_path, "a.yaml", minimal_spec(name="dev1"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime: content decides
+    assert [d.name for d in spec.read(path).devices] == ["dev1"]
+    write_spec(tmp_path, "a.yaml", {"cdiVersion": "0.5.0", "kind": "vendor.com/device", "devices": []})
+    with pytest.raises(SpecError):
+        spec.read(path)
+    if os.geteuid() == 0:
+        assert os.listdir(tmp_path / "run" / "cdi-spec-cache")

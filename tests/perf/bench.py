@@ -7,16 +7,25 @@
    (a fresh Driver each time, as in a new shim process).
 2. Import time of each entry point (``python -X importtime``), against ``python -c pass``.
 3. The shim in passthrough (``--version`` and ``create`` of a non-GPU container) against runc.
-4. create -> start -> delete of an 8-GPU container: jit-cdi and legacy against plain runc, no GPU.
-5. Start-up of the reference-named programs (``--version``, an unknown hook) against ``nvct hook``
+4. create -> start -> delete through the shim against plain runc, interleaved: no GPU; jit-cdi,
+   legacy and cdi mode (a YAML spec) on 8 GPUs; jit-cdi and cdi mode on 64 GPUs. Every run
+   starts from the pristine config.json and /etc/ld.so.cache, as a fresh container would.
+5. ``nvct cdi generate`` for 8 and 64 GPUs as fresh processes, interleaved with ``python -I -c pass``.
+6. podman with the packaged hooks.d hook (hooks/oci-nvidia-hook.json, our program) against podman
+   without it, for a container without a GPU; also the hook forced through Python, for scale.
+7. Start-up of the reference-named programs (``--version``, an unknown hook) against ``nvct hook``
    with an unknown hook, interleaved.
+
+``--quick`` runs only 4-6 (the figures of the README's performance section).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,7 +91,32 @@ def _process_ms(argv: list[str], runs: int, env=None) -> float:
     return _median_ms(lambda: subprocess.run(argv, stdout=subprocess.DEVNULL, env=env, check=True), runs)
 
 
-def lifecycles_ms(cases: dict[str, tuple[list[str], str, dict | None]], runs: int) -> dict[str, float]:
+class Case:
+    """One create -> start -> delete: the runtime argv, the bundle and its env.
+
+    The pristine config.json and /etc/ld.so.cache are put back before each
+    run (untimed): the shim rewrites the spec and the hook the cache, and a
+    second run on their output would measure neither.
+    """
+
+    def __init__(self, argv: list[str], bundle: str, env: dict | None = None):
+        self.argv, self.bundle, self.env = argv, bundle, env
+        self._saved = {}
+        with open(os.path.join(bundle, "config.json")) as f:
+            self.rootfs = os.path.join(bundle, json.load(f)["root"]["path"])
+        for path in (os.path.join(bundle, "config.json"), os.path.join(self.rootfs, "etc/ld.so.cache")):
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+                self._saved[path] = f.read()
+
+    def reset(self) -> None:
+        for path, data in self._saved.items():
+            with open(path, "wb") as f:
+                f.write(data)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.rootfs, "etc/ld.so.conf.d/00-nvct-driver.conf"))
+
+
+def lifecycles_ms(cases: dict[str, Case], runs: int) -> dict[str, float]:
     """Median create -> start -> delete per case, the cases interleaved run by run.
 
     Interleaving matters on a shared machine: runc's own create time drifts by
@@ -92,11 +126,68 @@ def lifecycles_ms(cases: dict[str, tuple[list[str], str, dict | None]], runs: in
 
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(runs):
-        for name, (argv, bundle, env) in cases.items():
-            result = create_start_delete(argv, bundle, env=env)
+        for name, case in cases.items():
+            case.reset()
+            result = create_start_delete(case.argv, case.bundle, env=case.env)
             if result.rc != 0:
                 raise SystemExit(f"{name}: container failed: {result.describe()}")
             times[name].append(result.timings["total"] * 1000)
+    for case in cases.values():
+        case.reset()
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def interleaved_ms(cases: dict[str, tuple[list[str], dict | None]], runs: int) -> dict[str, float]:
+    """Median wall time of each command (stdout discarded), interleaved run by run."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, (argv, env) in cases.items():
+            t = time.perf_counter()
+            subprocess.run(argv, stdout=subprocess.DEVNULL, env=env, check=True)
+            times[name].append((time.perf_counter() - t) * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def podman_hooks_ms(work: str, runs: int) -> dict[str, float]:
+    """``podman run --rm IMAGE true`` (runc) without hooks, with the hooks.d hook, and the hook via Python."""
+    from tests.support.image import build_image_tar
+    from tests.support.podman import Podman
+    from tests.support.rootfs import base_rootfs
+
+    image = os.path.join(work, "image.tar")
+    build_image_tar(base_rootfs(), image, "nvct/busybox", "latest")
+    with open(os.path.join(REPO, "hooks", "oci-nvidia-hook.json")) as f:
+        hook = json.load(f)
+    dirs = {}
+    for name, path, args in (
+            ("hooksd_sh_front", os.path.join(BIN, "nvidia-container-runtime-hook"), None),
+            ("hooksd_python", PY, [PY, "-I", os.path.join(BIN, "nvidia-container-runtime-hook"), "prestart"])):
+        d = os.path.join(work, name)
+        os.makedirs(d)
+        entry = json.loads(json.dumps(hook))
+        entry["hook"]["path"] = path
+        if args:
+            entry["hook"]["args"] = args
+        with open(os.path.join(d, "nvct.json"), "w") as f:
+            json.dump(entry, f)
+        dirs[name] = d
+    empty = os.path.join(work, "no-hooks")
+    os.makedirs(empty)
+    podmen = {"podman_plain": Podman(runtime=RUNC, hooks_dirs=[empty])}
+    podmen.update({name: Podman(runtime=RUNC, hooks_dirs=[d]) for name, d in dirs.items()})
+    try:
+        for p in podmen.values():
+            p.load(image)
+            p.run(["--rm", "docker.io/nvct/busybox:latest", "true"]).check()
+        times: dict[str, list[float]] = {name: [] for name in podmen}
+        for _ in range(runs):
+            for name, p in podmen.items():
+                t = time.perf_counter()
+                p.run(["--rm", "docker.io/nvct/busybox:latest", "true"]).check()
+                times[name].append((time.perf_counter() - t) * 1000)
+    finally:
+        for p in podmen.values():
+            p.stop()
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -125,58 +216,92 @@ def dropin_startup_ms(rootfs: str, runs: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="only the container, generate and podman figures")
     parser.add_argument("--json", help="write the figures here as JSON")
     opts = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench.py needs root (simulated node, containers)")
 
     from nvct.simulate.node import cached_node
-    from tests.support.bundle import make_bundle
     from tests.support.rootfs import make_rootfs
 
     work = tempfile.mkdtemp(prefix="nvct-bench-")
-    node8 = cached_node(os.path.join(work, "sim"))
-    node64 = cached_node(os.path.join(work, "sim"), gpus=64, mig=False)
-    figures: dict[str, float] = {}
+    try:
+        nodes = {"8gpu": cached_node(os.path.join(work, "sim")),
+                 "64gpu": cached_node(os.path.join(work, "sim"), gpus=64, mig=False)}
+        figures: dict = {"load_average_at_start": os.getloadavg()[0]}
+        rootfs = make_rootfs(work)
+        if not opts.quick:
+            _process_figures(figures, nodes, rootfs, work, opts.runs)
+        _container_figures(figures, nodes, rootfs, work, opts.runs)
+        _generate_figures(figures, nodes, opts.runs)
+        for name, ms in podman_hooks_ms(work, max(opts.runs // 2, 3)).items():
+            figures[f"{name}_ms"] = ms
+            if name != "podman_plain":
+                figures[f"{name}_added_ms"] = ms - figures["podman_plain_ms"]
+                figures[f"{name}_ratio"] = ms / figures["podman_plain_ms"]
+        figures["load_average_at_end"] = os.getloadavg()[0]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
-    figures["inprocess_8gpu_ms"] = in_process(node8, opts.runs * 5)
-    figures["inprocess_64gpu_ms"] = in_process(node64, opts.runs * 5)
+    for key, value in figures.items():
+        print(f"{key:44s} {value:.2f}" if isinstance(value, float) else f"{key:44s} {value}")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(figures, f, indent=2)
 
-    baseline_import = _process_ms([PY, "-c", "pass"], opts.runs)
+
+def _process_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int) -> None:
+    from tests.support.bundle import make_bundle
+
+    for name, node in nodes.items():
+        figures[f"inprocess_{name}_ms"] = in_process(node, runs * 5)
+    baseline_import = _process_ms([PY, "-c", "pass"], runs)
     figures["python_start_ms"] = baseline_import
     for module in ("nvct.shim", "nvct.hook", "nvct.cli", "nvct.hooks"):
         figures[f"import_{module}_ms"] = import_time(module)
-
-    rootfs = make_rootfs(work)
-    plain = make_bundle(os.path.join(work, "plain"), rootfs, ["true"])
+    plain = make_bundle(os.path.join(work, "plain-passthrough"), rootfs, ["true"])
     figures["heavy_modules_on_passthrough"] = heavy_modules_after_passthrough(plain)
-
-    runc_version = _process_ms([RUNC, "--version"], opts.runs)
-    shim_version = _process_ms([SHIM, "--version"], opts.runs)
+    runc_version = _process_ms([RUNC, "--version"], runs)
+    shim_version = _process_ms([SHIM, "--version"], runs)
     figures["runc_version_ms"] = runc_version
     figures["shim_version_ms"] = shim_version
     figures["passthrough_added_ms"] = shim_version - runc_version
     figures["passthrough_ratio"] = shim_version / runc_version
-
-    startup = dropin_startup_ms(rootfs, opts.runs)
+    startup = dropin_startup_ms(rootfs, runs)
     for name, ms in startup.items():
         figures[f"{name}_ms"] = ms
         figures[f"{name}_ratio_to_nvct_hook"] = ms / startup["nvct_hook_unknown"]
 
-    config_text = open(node8["config"]).read()
+
+def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int) -> None:
+    from tests.support.bundle import make_bundle
+    from tests.support.rootfs import make_rootfs
+
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    cases: dict[str, tuple[list[str], str, dict | None]] = {
-        "runc_plain": ([RUNC], plain, None),
-        "shim_plain": ([SHIM], plain, env),
-    }
-    for mode in ("jit-cdi", "legacy"):
-        cfg = os.path.join(work, f"{mode}.toml")
-        with open(cfg, "w") as f:
-            f.write(config_text + f'\n[nvidia-container-runtime]\nmode = "{mode}"\n')
-        bundle = make_bundle(os.path.join(work, mode), make_rootfs(work, name=f"rootfs-{mode}"),
-                             ["true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
-        cases[f"{mode}_8gpu"] = ([SHIM], bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=cfg))
-    medians = lifecycles_ms(cases, opts.runs)
+    cases = {"runc_plain": Case([RUNC], make_bundle(os.path.join(work, "plain"), rootfs, ["true"])),
+             "shim_plain": Case([SHIM], os.path.join(work, "plain"), env)}
+    wanted = [("jit-cdi", "8gpu", "all"), ("legacy", "8gpu", "all"), ("cdi", "8gpu", "nvidia.com/gpu=all"),
+              ("jit-cdi", "64gpu", "all"), ("cdi", "64gpu", "nvidia.com/gpu=all")]
+    for mode, size, devices in wanted:
+        name = f"{mode}_{size}"
+        cfg = os.path.join(work, f"{name}.toml")
+        extra = f'\n[nvidia-container-runtime]\nmode = "{mode}"\n'
+        if mode == "cdi":
+            spec_dir = os.path.join(work, f"cdi-{size}")
+            os.makedirs(spec_dir)
+            generated = subprocess.run([os.path.join(BIN, "nvct"), "cdi", "generate", "--output",
+                                        os.path.join(spec_dir, "nvidia.yaml")], check=True,
+                                       env=dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=nodes[size]["config"]),
+                                       stderr=subprocess.DEVNULL)
+            assert generated.returncode == 0
+            extra += f'\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir}"]\n'
+        with open(nodes[size]["config"]) as src, open(cfg, "w") as f:
+            f.write(src.read() + extra)
+        bundle = make_bundle(os.path.join(work, name), make_rootfs(work, name=f"rootfs-{name}"),
+                             ["true"], env=[f"NVIDIA_VISIBLE_DEVICES={devices}"])
+        cases[name] = Case([SHIM], bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=cfg))
+    medians = lifecycles_ms(cases, runs)
     plain_ms = medians["runc_plain"]
     for name, ms in medians.items():
         figures[f"{name}_lifecycle_ms"] = ms
@@ -184,11 +309,18 @@ def main() -> None:
             figures[f"{name}_added_ms"] = ms - plain_ms
             figures[f"{name}_ratio"] = ms / plain_ms
 
-    for key, value in figures.items():
-        print(f"{key:40s} {value:.2f}" if isinstance(value, float) else f"{key:40s} {value}")
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(figures, f, indent=2)
+
+def _generate_figures(figures: dict, nodes: dict, runs: int) -> None:
+    nvct = os.path.join(BIN, "nvct")
+    cases: dict[str, tuple[list[str], dict | None]] = {"python_isolated_start": ([PY, "-I", "-c", "pass"], None)}
+    for size, node in nodes.items():
+        env = {"PATH": "/usr/bin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH": node["config"]}
+        cases[f"cdi_generate_{size}"] = ([nvct, "cdi", "generate"], env)
+    medians = interleaved_ms(cases, runs)
+    for name, ms in medians.items():
+        figures[f"{name}_ms"] = ms
+        if name != "python_isolated_start":
+            figures[f"{name}_ratio_to_python_start"] = ms / medians["python_isolated_start"]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import datetime
+import os
+
+import pytest
+
+from nvct import parsecache
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the cache is used by root only")
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setattr(parsecache, "ROOT", str(tmp_path / "nvct"))
+    return tmp_path / "nvct"
+
+
+def _counting(result):
+    calls = []
+
+    def parse(raw):
+        calls.append(raw)
+        return result(raw) if callable(result) else result
+    return parse, calls
+
+
+def test_same_bytes_are_parsed_once_across_calls(root):
+    parse, calls = _counting(lambda raw: {"n": len(raw)})
+    assert parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", parse) == {"n": 3}
+    assert parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", parse) == {"n": 3}
+    assert calls == [b"abc"]
+    assert oct((root / "t-cache").stat().st_mode & 0o777) == "0o700"
+
+
+def test_changed_bytes_are_parsed_again_even_with_the_same_size(root):
+    parse, calls = _counting(lambda raw: raw.decode())
+    parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", parse)
+    assert parsecache.parse_cached(b"abd", "/etc/x.yaml", "t", parse) == "abd"
+    assert calls == [b"abc", b"abd"]
+
+
+def test_a_directory_others_can_write_is_not_used(root):
+    (root / "t-cache").mkdir(parents=True, mode=0o700)
+    os.chmod(root / "t-cache", 0o733)
+    parse, calls = _counting({"a": 1})
+    parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", parse)
+    parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", parse)
+    assert len(calls) == 2 and os.listdir(root / "t-cache") == []
+
+
+def test_a_symlinked_cache_directory_is_not_used(root, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    root.mkdir()
+    (root / "t-cache").symlink_to(elsewhere)
+    parse, calls = _counting({"a": 1})
+    parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", parse)
+    assert os.listdir(elsewhere) == []
+
+
+def test_a_value_marshal_cannot_hold_is_returned_and_not_cached(root):
+    when = datetime.date(2024, 1, 1)
+    parse, calls = _counting({"d": when})
+    assert parsecache.parse_cached(b"d", "/etc/x.toml", "t", parse) == {"d": when}
+    assert os.listdir(root / "t-cache") == []
+
+
+def test_a_corrupt_entry_is_parsed_again(root):
+    parse, calls = _counting([1, 2])
+    parsecache.parse_cached(b"x", "/etc/x.yaml", "t", parse)
+    (entry,) = (root / "t-cache").iterdir()
+    entry.write_bytes(b"\x00garbage")
+    assert parsecache.parse_cached(b"x", "/etc/x.yaml", "t", parse) == [1, 2]
+    assert len(calls) == 2
+
+
+def test_parse_errors_propagate_and_leave_no_entry(root):
+    def parse(raw):
+        raise ValueError("bad")
+    with pytest.raises(ValueError):
+        parsecache.parse_cached(b"x", "/etc/x.yaml", "t", parse)
+    assert os.listdir(root / "t-cache") == []
