@@ -189,12 +189,12 @@ def test_read_sees_every_change_of_a_cached_spec_and_still_validates(tmp_path, m
 
     monkeypatch.setattr(parsecache, "ROOT", str(tmp_path / "run"))
     path = write_spec(tmp_path, "a.yaml", minimal_spec(name="dev0"))
-    assert [d.name for d in spec.read(path).devices] == ["dev0"]
-    assert [d.name for d in spec.read(path).devices] == ["dev0"]
+    assert list(spec.read(path).devices) == ["dev0"]
+    assert list(spec.read(path).devices) == ["dev0"]
     st = os.stat(path)
     write_spec(tmp_path, "a.yaml", minimal_spec(name="dev1"))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime: content decides
-    assert [d.name for d in spec.read(path).devices] == ["dev1"]
+    assert list(spec.read(path).devices) == ["dev1"]
     write_spec(tmp_path, "a.yaml", {"cdiVersion": "0.5.0", "kind": "vendor.com/device", "devices": []})
     with pytest.raises(SpecError):
         spec.read(path)
