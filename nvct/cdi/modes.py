@@ -50,7 +50,30 @@ def edits_for(request, config) -> ContainerEdits:
     dirs = config.get(SPEC_DIRS_KEY) or ()
     if isinstance(dirs, str):
         dirs = [dirs]
-    return Registry(dirs).resolve(wanted)
+    return _sealed(Registry(dirs).resolve(wanted))
+
+
+#: Hook programs nvct ships: in a spec, one of these without ``env`` is nvct's bug or a stale spec.
+NVCT_HOOK_PROGRAMS = ("nvct", "nvidia-cdi-hook", "nvidia-ctk", "nvidia-container-runtime-hook")
+
+
+def _sealed(edits: ContainerEdits) -> ContainerEdits:
+    """Give our own hook programs the fixed env a spec on disk forgot, and say so.
+
+    Under runc such a hook would run with the container's environment in the
+    container's rootfs (CVE-2025-23266). Another vendor's hook is left as it is:
+    ``nvct doctor`` warns about it.
+    """
+    from nvct.edits import HOOK_ENV
+
+    for i, hook in enumerate(edits.hooks):
+        if not hook.env and hook.path.rsplit("/", 1)[-1] in NVCT_HOOK_PROGRAMS:
+            from nvct.log import logger
+
+            logger.error("a CDI spec's %s hook %s has no env (an nvct bug, or a spec from an older "
+                         "version): run with the fixed hook env; regenerate the spec", hook.hook_name, hook.path)
+            edits.hooks[i] = hook.replace(env=HOOK_ENV)
+    return edits
 
 
 def _automatic_registry(wanted: list[str], config) -> Registry:

@@ -160,4 +160,26 @@ def _kind_options(spec) -> str:
     return out
 
 
-CHECKS = (check_specs, check_fresh)
+def check_hook_env(ctx: Context):
+    """Every spec's hooks fix their env: without one, runc runs a createContainer hook with the
+    container's environment in its rootfs (CVE-2025-23266), whoever's spec it is."""
+    from nvct.cdi.registry import Registry
+    from nvct.edits import is_sealed
+
+    registry = ctx.memo("cdi", lambda: Registry(spec_dirs(ctx)))
+    bad = 0
+    for spec in registry.specs:
+        edits = [spec.raw.get("containerEdits") or {}] + [d.get("containerEdits") or {}
+                                                           for d in spec.raw.get("devices") or ()]
+        hooks = [h for e in edits for h in e.get("hooks") or () if not is_sealed(h)]
+        if hooks:
+            bad += 1
+            yield warn("cdi.hook-env", f"{spec.path}: {len(hooks)} hook(s) without env, e.g. {hooks[0].get('path')} "
+                       f"({hooks[0].get('hookName')}): under runc it runs with the container's environment",
+                       f"regenerate it (nvct cdi generate --output {spec.path}), or "
+                       f"nvct cdi transform root --from / --input {spec.path} --output {spec.path} (gives hooks a fixed env)")
+    if registry.specs and not bad:
+        yield ok("cdi.hook-env", f"every hook of {len(registry.specs)} spec(s) has a fixed env")
+
+
+CHECKS = (check_specs, check_fresh, check_hook_env)

@@ -62,6 +62,31 @@ def check_runtimes(ctx: Context):
                                                                   "/usr/sbin/runc") + ")")
         return
     yield ok("config.runtimes", f"the shim runs {path}")
+    version = _runc_version(path)
+    if version and version < _RUNC_FIXED:
+        shown = ".".join(map(str, version))
+        yield warn("config.runtime-cve", f"{path} is runc {shown}, open to CVE-2024-45310 (a volume-swap race "
+                   "creates empty files on the host; fixed in runc 1.1.14)",
+                   "upgrade runc to 1.1.14 or newer, or use crun: "
+                   + ctx.set_command("nvidia-container-runtime.runtimes", "/usr/bin/crun"))
+
+
+#: The first runc without CVE-2024-45310.
+_RUNC_FIXED = (1, 1, 14)
+
+
+def _runc_version(path: str) -> tuple[int, ...] | None:
+    """runc's version from ``runc --version`` ("runc version 1.1.5+ds1"); None for other runtimes."""
+    import subprocess
+
+    if "runc" not in os.path.basename(path):
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"^runc version (\d+)\.(\d+)\.(\d+)", out, re.M)
+    return tuple(int(x) for x in match.groups()) if match else None
 
 
 def check_hook(ctx: Context):

@@ -9,6 +9,7 @@ import pytest
 from nvct import modes, request
 from nvct.cdi import modes as cdi_modes
 from nvct.config import Config
+from nvct.edits import HOOK_ENV
 from nvct.errors import ConfigError, RequestError
 
 from .conftest import write_spec
@@ -74,8 +75,20 @@ def test_a_qualified_name_in_the_env_injects_that_device(cdi_dirs):
     assert oci["mounts"][-1] == {"destination": "/usr/lib/libcuda.so.1", "type": "bind",
                                  "source": "/drv/usr/lib/libcuda.so.1",
                                  "options": ["ro", "nosuid", "nodev", "bind"]}
+    # the spec's nvct hook lacks env (a stale spec): it runs with the fixed one, never the container's
     assert oci["hooks"] == {"createContainer": [
-        {"path": "/usr/bin/nvct", "args": ["nvct", "hook", "chain"]}]}
+        {"path": "/usr/bin/nvct", "args": ["nvct", "hook", "chain"], "env": list(HOOK_ENV)}]}
+
+
+def test_another_vendors_hook_keeps_its_spec_env(tmp_path):
+    spec = copy.deepcopy(NODE_SPEC)
+    spec["containerEdits"]["hooks"] = [
+        {"hookName": "createContainer", "path": "/opt/vendor/hook"},
+        {"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook", "env": ["A=1"]}]
+    write_spec(tmp_path / "etc", "nvidia.yaml", spec)
+    _, oci = _modify(tmp_path, _oci_spec(["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"]))
+    assert oci["hooks"]["createContainer"] == [{"path": "/opt/vendor/hook"},
+                                               {"path": "/usr/bin/nvidia-cdi-hook", "env": ["A=1"]}]
 
 
 def test_auto_mode_uses_cdi_when_every_device_is_a_cdi_name(cdi_dirs):

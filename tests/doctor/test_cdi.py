@@ -103,3 +103,19 @@ def test_mig_uuids_are_checked_when_deep(node):
     assert one(node.doctor(), "cdi.fresh").status == "ok"
     fresh = one(node.doctor(deep=True), "cdi.fresh")
     assert fresh.status == "fail" and gone.lower() in fresh.seen
+
+
+def test_a_spec_whose_hooks_lack_env_warns_with_the_fix(node):
+    node.write_cdi_spec()
+    assert one(node.doctor(), "cdi.hook-env").status == "ok"  # nvct's own specs fix every hook's env
+
+    def stale(raw):  # as older versions of the reference (and of nvct) wrote them
+        for hook in raw["containerEdits"]["hooks"]:
+            del hook["env"]
+
+    _edit_spec(node, stale)
+    finding = one(node.doctor(), "cdi.hook-env")
+    assert finding.status == "warn"
+    assert finding.seen.startswith(f"{_spec(node)}: 1 hook(s) without env, e.g. ")
+    assert "under runc it runs with the container's environment" in finding.seen
+    assert f"nvct cdi transform root --from / --input {_spec(node)} --output {_spec(node)}" in finding.fix

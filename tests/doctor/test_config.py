@@ -64,3 +64,24 @@ def test_logging_to_a_missing_directory_warns(node, tmp_path):
     node.write_config(extra=f'debug = "{tmp_path}/runtime.log"\nlog-level = "debug"\n')
     assert one(node.doctor(), "config.log").seen == \
         f"container starts are logged to {tmp_path}/runtime.log (log-level debug)"
+
+
+def test_a_runc_open_to_cve_2024_45310_warns(node, tmp_path):
+    def runc(version):
+        path = tmp_path / version / "runc"
+        path.parent.mkdir()
+        path.write_text(f"#!/bin/sh\necho 'runc version {version}+ds1'\necho 'spec: 1.0.2-dev'\n")
+        path.chmod(0o755)
+        with open(node.config) as f:
+            text = f.read()
+        write(node.config, text.replace('runtimes = ["/bin/true"]', f'runtimes = ["{path}"]'))
+        return str(path)
+
+    old = runc("1.1.5")
+    finding = one(node.doctor(), "config.runtime-cve")
+    assert finding.status == "warn"
+    assert finding.seen.startswith(f"{old} is runc 1.1.5, open to CVE-2024-45310")
+    assert finding.fix.startswith("upgrade runc to 1.1.14 or newer, or use crun: nvct config")
+    node.write_config()
+    runc("1.1.14")
+    assert not [f for f in node.doctor() if f.id == "config.runtime-cve"]
