@@ -41,7 +41,8 @@ _INSTALLER = [
          env="HOST_ROOT_MOUNT", help="Where the host's / is mounted (for systemctl and the python3 check; "
                                      "/ when it does not exist)."),
     _opt("--python", "python", default=defaults.DEFAULT_PYTHON, show_default=True, metavar="PATH",
-         env="NVCT_HOST_PYTHON", help="The host's python3 (3.9+) that the installed wrappers run."),
+         env="NVCT_HOST_PYTHON", help="What the installed wrappers run: 'bundled' (a Python copied into the toolkit "
+              "directory: the host needs none), or the PATH of the host's python3 (3.9+)."),
     _opt("--debug", "debug", is_flag=True, env="TOOLKIT_DEBUG", help="Show tracebacks of unexpected errors."),
 ]
 

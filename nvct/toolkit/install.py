@@ -1,9 +1,9 @@
 """One installation: the steps of ``nvct toolkit install``, each with its undo.
 
-1. the toolkit tree (wrappers, configs, a copy of nvct), assembled beside
-   ``<install-dir>/toolkit`` and swapped in whole, so an upgrade never
-   leaves a half-written tree where running daemons look for it;
-2. a check that the host's python3 runs the copy (the wrappers depend on it);
+1. the toolkit tree (wrappers, configs, a Python runtime and a copy of nvct in
+   a new ``.runtime/<version>``), switched to with renames, so an upgrade
+   never leaves a half-written tree where running daemons look for it;
+2. a check that the installed ``nvct`` runs on the host (chrooted into it);
 3. with ``--cdi-enabled``: the control device nodes and a management CDI spec;
 4. the engine's config, then the daemon told about it.
 
@@ -15,20 +15,24 @@ to the node, not to the installation).
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Callable
 
 from nvct.errors import NvctError
-from nvct.toolkit import configfile, payload, wrappers
+from nvct.toolkit import configfile, payload, runtime, wrappers
 from nvct.toolkit.engine import EngineSetup
-from nvct.toolkit.layout import RUNTIME_MODES, TOOLS, Layout
+from nvct.toolkit.layout import RUNTIME_MODES, RUNTIMES_DIR, TOOLS, Layout
 from nvct.toolkit.options import Options
 
 HOST_CHECK_TIMEOUT_S = 60
+_NEEDS = "the host needs python3 >= 3.9 (--python; see docs/installer.md)"
+_NEEDS_BUNDLED = "the toolkit's own Python did not start there (see docs/installer.md)"
 
 
 class Interrupted(NvctError):
@@ -91,35 +95,60 @@ class Installation:
 
     # --- the toolkit tree ---
     def _install_files(self) -> None:
-        final = self.layout
-        parent = os.path.dirname(final.root)
+        """A new ``.runtime/<version>`` with everything, then the wrappers and configs switched to it.
+
+        A first install builds the whole tree beside ``root`` and renames it in. An upgrade builds
+        the new runtime beside the running one, then replaces each wrapper and config with one
+        ``rename``: a container start sees the old complete runtime or the new one, never a mix.
+        The runtime before the new one stays (a hook that started a moment ago may still import
+        from it); older ones go.
+        """
         runtimes = self.engine.low_level_runtimes()
+        version = _new_version()
+        self.layout = final = self.layout.with_version(version)
+        self.engine.layout = final
+        parent = os.path.dirname(final.root)
+        upgrade = os.path.isdir(final.root) and not os.path.islink(final.root)
+        if os.path.islink(final.root) or (os.path.lexists(final.root) and not upgrade):
+            raise NvctError(f"{final.root}: exists and is not a directory; remove it first")
         try:
-            os.makedirs(parent, mode=0o755, exist_ok=True)
-            staging = tempfile.mkdtemp(prefix=".toolkit-new-", dir=parent)
+            os.makedirs(final.runtimes_dir if upgrade else parent, mode=0o755, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix=".toolkit-new-", dir=final.runtimes_dir if upgrade else parent)
         except OSError as e:
             raise NvctError(f"{parent}: cannot create the install directory: {e.strerror}") from None
         try:
-            self._populate(final.moved(staging), runtimes)
             os.chmod(staging, 0o755)
-            _swap_in(staging, final.root)
+            self._populate(final.moved(staging), runtimes)
+            if upgrade:
+                _switch(staging, final)
+            else:
+                os.rename(staging, final.root)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        self.log(f"installed the toolkit in {final.root} (low-level runtimes: {', '.join(runtimes)})")
+        self.log(f"installed the toolkit in {final.root} (runtime {version}; "
+                 f"low-level runtimes: {', '.join(runtimes)})")
 
     def _populate(self, into: Layout, runtimes: list) -> None:
+        """The whole tree in ``into`` (paths written into files are the final layout's)."""
         opts, final = self.opts, self.layout
+        if opts.bundled:
+            runtime.bundle(into.runtime_dir, (os.path.relpath(into.python_dir, into.runtime_dir),))
         payload.copy_python(into.python_dir)
+        if opts.bundled:
+            runtime.copy_libraries(into.runtime_dir)
+            compileall.compile_dir(into.python_dir, quiet=1, ddir=final.python_dir)
+        os.symlink(final.version, os.path.join(into.runtimes_dir, "current"))
+        python = runtime.command(final.runtime_dir) if opts.bundled else opts.python
         values = configfile.settings(opts, final, runtimes)
         os.makedirs(into.config_dir, mode=0o755)
         for mode in (None,) + tuple(m for m in RUNTIME_MODES.values() if m):
             _write(into.config(mode), configfile.render(values, mode), 0o644)
         for suffix, mode in RUNTIME_MODES.items():
             _write(into.runtime(suffix), wrappers.runtime_wrapper(
-                final, suffix, mode, python=opts.python, fallback=runtimes[0], proc_root=opts.proc_root), 0o755)
+                final, suffix, mode, python=python, fallback=runtimes[0], proc_root=opts.proc_root), 0o755)
         for tool in TOOLS:
-            _write(into.tool(tool), wrappers.tool_wrapper(final, tool, python=opts.python), 0o755)
+            _write(into.tool(tool), wrappers.tool_wrapper(final, tool, python=python), 0o755)
 
     def _remove_files(self) -> None:
         if os.path.isdir(self.layout.root) and not os.path.islink(self.layout.root):
@@ -127,7 +156,8 @@ class Installation:
             self.log(f"removed {self.layout.root}")
 
     def _check_host(self) -> None:
-        self.log(check_host_python(self.layout, self.opts.python, self.opts.host_root))
+        python = None if self.opts.bundled else self.opts.python
+        self.log(check_host_python(self.layout, python, self.opts.host_root))
 
     # --- CDI for management containers ---
     def _create_device_nodes(self) -> None:
@@ -161,9 +191,13 @@ class Installation:
             self.log(f"removed {self.cdi_spec}")
 
 
-def check_host_python(layout: Layout, python: str, host_root: str = "/") -> str:
-    """Run the installed copy of nvct with the host's ``python`` (chrooted into ``host_root``); its report."""
-    argv = [python, "-I", layout.entry, "nvct", layout.nvct, "--check"]
+def check_host_python(layout: Layout, python: str | None, host_root: str = "/") -> str:
+    """Run the installed ``nvct --check`` (chrooted into ``host_root``): through its wrapper with
+    the bundled runtime (``python`` None), else with the host's ``python``; its report."""
+    if python is None:
+        argv = [layout.nvct, "--check"]
+    else:
+        argv = [python, "-I", layout.entry, "nvct", layout.nvct, "--check"]
     if os.path.normpath(host_root or "/") != "/":
         argv = ["chroot", host_root] + argv
     how = " ".join(argv)
@@ -172,11 +206,11 @@ def check_host_python(layout: Layout, python: str, host_root: str = "/") -> str:
                               env={"PATH": wrappers.DEFAULT_PATH, "LANG": "C.UTF-8"}, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise NvctError(f"the host cannot run nvct ({how}: {getattr(e, 'strerror', None) or e}); "
-                        f"the host needs python3 >= 3.9 (--python)") from None
+                        f"{_NEEDS if python else _NEEDS_BUNDLED}") from None
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
         raise NvctError(f"the host cannot run nvct ({how}: {lines[-1] if lines else f'exit {proc.returncode}'}); "
-                        f"the host needs python3 >= 3.9 (see docs/installer.md)")
+                        f"{_NEEDS if python else _NEEDS_BUNDLED}")
     return "host check: " + proc.stdout.decode(errors="replace").strip()
 
 
@@ -187,20 +221,49 @@ def _write(path: str, text: str, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def _swap_in(staging: str, root: str) -> None:
-    """Replace ``root`` with ``staging``: two renames, so the tree is never partly written."""
-    if os.path.islink(root) or (os.path.lexists(root) and not os.path.isdir(root)):
-        raise NvctError(f"{root}: exists and is not a directory; remove it first")
-    old = None
-    if os.path.exists(root):
-        old = tempfile.mkdtemp(prefix=".toolkit-old-", dir=os.path.dirname(root))
-        os.rename(root, os.path.join(old, "toolkit"))
+def _new_version() -> str:
+    """A fresh ``.runtime`` name: nvct's version and a time stamp (later installs sort after)."""
+    from nvct import __version__
+
+    return f"nvct-{__version__}-{time.time_ns():x}"
+
+
+def _switch(staging: str, final: Layout) -> None:
+    """Move ``staging``'s runtime to ``final.runtime_dir``, then rename each wrapper, config and the
+    ``current`` link over the old ones; prune what the old install had and this one does not."""
+    new = final.moved(staging)
+    previous = _current_version(final)
+    names = set(os.listdir(staging))
+    os.rename(new.runtime_dir, final.runtime_dir)
+    for directory, _dirs, files in os.walk(staging):
+        rel = os.path.relpath(directory, staging)
+        if rel == RUNTIMES_DIR:  # its ``current`` link goes last
+            continue
+        os.makedirs(os.path.normpath(os.path.join(final.root, rel)), mode=0o755, exist_ok=True)
+        for name in files:
+            os.replace(os.path.join(directory, name), os.path.normpath(os.path.join(final.root, rel, name)))
+    os.replace(os.path.join(new.runtimes_dir, "current"), os.path.join(final.runtimes_dir, "current"))
+    shutil.rmtree(staging, ignore_errors=True)
+    keep = {final.version, previous, "current"}
+    for name in os.listdir(final.runtimes_dir):
+        if name not in keep:
+            _remove(os.path.join(final.runtimes_dir, name))
+    for name in set(os.listdir(final.root)) - names:  # e.g. an older nvct's lib/python
+        _remove(os.path.join(final.root, name))
+
+
+def _current_version(layout: Layout) -> str | None:
     try:
-        os.rename(staging, root)
+        return os.readlink(os.path.join(layout.runtimes_dir, "current"))
     except OSError:
-        if old:
-            os.rename(os.path.join(old, "toolkit"), root)
-            os.rmdir(old)
-        raise
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
+        return None
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

@@ -10,11 +10,17 @@
       nvct                                 kernel module is not loaded
       nvidia-cdi-hook, nvidia-ctk,       the reference's other programs, by name
         nvidia-container-cli               (CDI specs, containerd's --gpus, scripts)
-      lib/python/                        nvct and its pure-Python dependencies
+      .runtime/<version>/                what the wrappers run: the bundled Python
+        lib/python/                        runtime (nvct.toolkit.runtime) and nvct with
+                                           its dependencies; a new version per install
+      .runtime/current                   -> <version> (what the wrappers now name)
       .config/nvidia-container-runtime/  config.toml (+ config.cdi.toml, config.legacy.toml)
 
 Paths written into files are always the final ones, even while the tree is
-being assembled in a staging directory beside it.
+being assembled in a staging directory beside it. Each install makes a new
+``.runtime/<version>`` and only then switches the wrappers to it, one
+``rename`` each, so a hook that starts during an upgrade runs either the old
+complete runtime or the new complete one.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ TOOLS = (HOOK, NVCT, "nvidia-cdi-hook", "nvidia-ctk", "nvidia-container-cli")
 RUNTIME_MODES = {"": None, "cdi": "cdi", "legacy": "legacy"}
 #: The entry point the wrappers run, inside the copied nvct package.
 ENTRY = "nvct/toolkit/entry.py"
+#: The versioned runtimes' directory inside the toolkit directory.
+RUNTIMES_DIR = ".runtime"
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,8 @@ class Layout:
     """The paths of one installation, rooted at ``root`` (``<install-dir>/toolkit``)."""
 
     root: str
+    #: The runtime directory's name under ``.runtime`` ("" before one is chosen).
+    version: str = ""
 
     @classmethod
     def for_install_dir(cls, install_dir: str) -> "Layout":
@@ -46,7 +56,19 @@ class Layout:
 
     def moved(self, root: str) -> "Layout":
         """The same tree elsewhere (the staging directory it is built in)."""
-        return Layout(root)
+        return Layout(root, self.version)
+
+    def with_version(self, version: str) -> "Layout":
+        return Layout(self.root, version)
+
+    @property
+    def runtimes_dir(self) -> str:
+        return os.path.join(self.root, RUNTIMES_DIR)
+
+    @property
+    def runtime_dir(self) -> str:
+        """``.runtime/<version>``: the interpreter (when bundled) and the copy of nvct."""
+        return os.path.join(self.runtimes_dir, self.version or "current")
 
     @property
     def lib_dir(self) -> str:
@@ -54,7 +76,7 @@ class Layout:
 
     @property
     def python_dir(self) -> str:
-        return os.path.join(self.lib_dir, "python")
+        return os.path.join(self.runtime_dir, "lib", "python")
 
     @property
     def entry(self) -> str:

@@ -18,7 +18,10 @@ DEFAULT_INSTALL_DIR = "/usr/local/nvidia"
 DEFAULT_PID_FILE = "/run/nvidia/toolkit/toolkit.pid"
 DEFAULT_DRIVER_ROOT = "/run/nvidia/driver"
 DEFAULT_HOST_ROOT = "/host"
-DEFAULT_PYTHON = "/usr/bin/python3"
+#: ``--python``'s default: the toolkit carries its own Python (nvct.toolkit.runtime); a path means
+#: the host's python3 instead (3.9+).
+BUNDLED_PYTHON = "bundled"
+DEFAULT_PYTHON = BUNDLED_PYTHON
 DEFAULT_CDI_OUTPUT_DIR = "/var/run/cdi"
 DEFAULT_CDI_KIND = "management.nvidia.com/gpu"
 RESTART_MODES = ("signal", "systemd", "none")
@@ -93,6 +96,11 @@ class Options:
     @property
     def service(self) -> str:
         return ENGINE_DEFAULTS[self.runtime][3]
+
+    @property
+    def bundled(self) -> bool:
+        """The wrappers run the toolkit's own Python (not a host python3)."""
+        return self.python in ("", BUNDLED_PYTHON)
 
     @property
     def nvidia_runtime_name(self) -> str:

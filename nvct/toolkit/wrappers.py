@@ -1,8 +1,10 @@
-"""The installed executables: small sh scripts that run the host's python3 on the copied nvct.
+"""The installed executables: small sh scripts that run the toolkit's own Python on the copied nvct.
 
 Each sets ``NVIDIA_CTK_CONFIG_FILE_PATH`` to the installed config, puts the
 toolkit directory first on ``PATH`` and ``lib`` first on ``LD_LIBRARY_PATH``,
-then execs ``python3 -I`` on :mod:`nvct.toolkit.entry`. The runtime wrappers
+then execs the bundled interpreter through its own loader
+(:func:`nvct.toolkit.runtime.command`; or a host python3 given by
+``--python``) with ``-I`` on :mod:`nvct.toolkit.entry`. The runtime wrappers
 first check that the NVIDIA kernel module is loaded -- ``driver/nvidia/version``
 under the proc root (``$NVCT_PROC_ROOT``, else the installed one), or, for
 the real ``/proc``, ``/sys/module/nvidia`` -- and until it is, exec the
@@ -14,13 +16,16 @@ which not every kernel has).
 from __future__ import annotations
 
 import shlex
+from typing import Sequence, Union
 
 from nvct.toolkit.layout import Layout
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The interpreter: a path, or the argv that starts it (the bundled one: loader, --library-path, python).
+Python = Union[str, Sequence[str]]
 
 
-def runtime_wrapper(layout: Layout, suffix: str, mode: str | None, *, python: str, fallback: str,
+def runtime_wrapper(layout: Layout, suffix: str, mode: str | None, *, python: Python, fallback: str,
                     proc_root: str = "/proc") -> str:
     """``nvidia-container-runtime[.suffix]``: the shim with its config, or ``fallback`` without a driver."""
     name = _name(layout.runtime(suffix), layout)
@@ -38,7 +43,7 @@ def runtime_wrapper(layout: Layout, suffix: str, mode: str | None, *, python: st
     ])
 
 
-def tool_wrapper(layout: Layout, program: str, *, python: str) -> str:
+def tool_wrapper(layout: Layout, program: str, *, python: Python) -> str:
     """One of :data:`nvct.toolkit.layout.TOOLS` (``program``), with the installed config."""
     path = layout.tool(program)
     return _header(_name(path, layout), None) + _exec(layout, layout.config(), program, path, python)
@@ -47,14 +52,19 @@ def tool_wrapper(layout: Layout, program: str, *, python: str) -> str:
 def _header(name: str, mode: str | None) -> str:
     what = f" ({mode})" if mode else ""
     return (f"#!/bin/sh\n# {name}{what}: written by `nvct toolkit install`, removed when it stops.\n"
-            "# Runs nvct with the host's python3 (see docs/installer.md).\n")
+            "# Runs nvct with the toolkit's own Python (see docs/installer.md).\n")
 
 
-def _exec(layout: Layout, config: str, program: str, self_path: str, python: str) -> str:
+def _exec(layout: Layout, config: str, program: str, self_path: str, python: Python) -> str:
     return (f"export NVIDIA_CTK_CONFIG_FILE_PATH={_q(config)}\n"
             f'export PATH={_q(layout.root)}:"${{PATH:-{DEFAULT_PATH}}}"\n'
             f'export LD_LIBRARY_PATH={_q(layout.lib_dir)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
-            f'exec {_q(python)} -I {_q(layout.entry)} {program} {_q(self_path)} "$@"\n')
+            f'exec {interpreter(python)} -I {_q(layout.entry)} {program} {_q(self_path)} "$@"\n')
+
+
+def interpreter(python: Python) -> str:
+    """``python`` as a quoted sh command prefix."""
+    return _q(python) if isinstance(python, str) else " ".join(_q(a) for a in python)
 
 
 def _name(path: str, layout: Layout) -> str:

@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -34,21 +35,23 @@ def _install(opts: Options) -> tuple[Installation, list]:
 
 
 def test_the_toolkit_tree(tmp_path):
-    inst, log = _install(_options(tmp_path))
+    inst, log = _install(_options(tmp_path, python="bundled"))
     root = tmp_path / "install" / "toolkit"
-    assert sorted(p for p in os.listdir(root) if not p.startswith(".") and p != "lib") == WRAPPERS
+    assert sorted(p for p in os.listdir(root) if not p.startswith(".")) == WRAPPERS
     for name in WRAPPERS:
         st = os.stat(root / name)
         assert stat.S_IMODE(st.st_mode) == 0o755, name
         assert (root / name).read_text().startswith("#!/bin/sh\n")
     assert sorted(os.listdir(root / ".config" / "nvidia-container-runtime")) == [
         "config.cdi.toml", "config.legacy.toml", "config.toml"]
-    assert (root / "lib" / "python" / "nvct" / "toolkit" / "entry.py").is_file()
+    python = root / ".runtime" / "current" / "lib" / "python"
+    assert (python / "nvct" / "toolkit" / "entry.py").is_file()
     for dep in ("click", "tomlkit", "yaml", "elftools"):
-        assert (root / "lib" / "python" / dep / "__init__.py").is_file(), dep
-    # The host check compiled the copy with the host's python (here: this one).
-    assert list((root / "lib" / "python" / "nvct" / "__pycache__").glob(f"shim.{sys.implementation.cache_tag}.pyc"))
+        assert (python / dep / "__init__.py").is_file(), dep
+    # Compiled at install (the bundled interpreter is the installer's own).
+    assert list((python / "nvct" / "__pycache__").glob(f"shim.{sys.implementation.cache_tag}.pyc"))
     assert "host check: ok: Python" in "\n".join(log)
+    assert "/.runtime/nvct-" in "\n".join(log)
     assert os.listdir(tmp_path / "install") == ["toolkit"]  # no staging directory left behind
 
 
@@ -93,6 +96,40 @@ def test_a_reinstall_replaces_the_tree_whole(tmp_path):
     assert os.listdir(tmp_path / "install") == ["toolkit"]
     assert nvct_config.load(str(tmp_path / "install/toolkit/.config/nvidia-container-runtime/config.toml")
                             ).mode == "legacy"
+
+
+def test_an_upgrade_switches_to_a_new_runtime_and_keeps_only_the_previous_one(tmp_path):
+    runtimes = tmp_path / "install" / "toolkit" / ".runtime"
+    versions = []
+    for _ in range(3):
+        _install(_options(tmp_path))
+        versions.append(os.readlink(runtimes / "current"))
+        assert f"/.runtime/{versions[-1]}/" in (tmp_path / "install" / "toolkit" / "nvct").read_text()
+    assert len(set(versions)) == 3
+    assert sorted(os.listdir(runtimes)) == sorted(["current", *versions[1:]])
+
+
+def test_container_starts_during_upgrades_always_find_a_whole_runtime(tmp_path):
+    _install(_options(tmp_path, python="bundled"))
+    hook = str(tmp_path / "install" / "toolkit" / "nvidia-cdi-hook")
+    stop = threading.Event()
+    failures: list = []
+
+    def start_hooks():
+        while not stop.is_set():
+            proc = subprocess.run([hook, "--version"], capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                failures.append(proc.stderr)
+
+    starter = threading.Thread(target=start_hooks)
+    starter.start()
+    try:
+        for _ in range(3):
+            _install(_options(tmp_path, python="bundled"))
+    finally:
+        stop.set()
+        starter.join()
+    assert failures == []
 
 
 def test_uninstall_removes_the_tree(tmp_path):

@@ -10,7 +10,9 @@ def test_everything_is_under_install_dir_slash_toolkit():
     assert layout.root == "/usr/local/nvidia/toolkit"
     assert layout.config() == "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml"
     assert layout.config("cdi") == "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.cdi.toml"
-    assert layout.entry == "/usr/local/nvidia/toolkit/lib/python/nvct/toolkit/entry.py"
+    versioned = layout.with_version("nvct-1")
+    assert versioned.entry == "/usr/local/nvidia/toolkit/.runtime/nvct-1/lib/python/nvct/toolkit/entry.py"
+    assert versioned.moved("/x").runtime_dir == "/x/.runtime/nvct-1"
     assert layout.hook == "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"
     assert layout.nvct == "/usr/local/nvidia/toolkit/nvct"
 
