@@ -10,7 +10,7 @@ APT_PACKAGES=(
   python3 python3-venv python3-pip python3-setuptools python3-dev
   python3-click python3-tomlkit python3-pyelftools python3-prctl python3-yaml
   python3-pytest python3-pyfakefs python3-hypothesis
-  runc crun busybox-static
+  runc crun busybox-static strace patchelf  # strace, patchelf: the host-without-Python test
   docker.io containerd podman conmon catatonit containernetworking-plugins
   python3-grpcio python3-protobuf
   build-essential dpkg-dev debhelper dh-python python3-all pybuild-plugin-pyproject lintian

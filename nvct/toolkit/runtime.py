@@ -57,7 +57,7 @@ def interpreter_path(root: str) -> str:
 
 def loader_path(root: str) -> str:
     """The ELF loader inside ``root`` (named as the image's)."""
-    return os.path.join(root, "lib", os.path.basename(_loader()))
+    return os.path.join(root, "lib", os.path.basename(loader_of()))
 
 
 def command(root: str) -> list[str]:
@@ -82,7 +82,7 @@ def bundle(root: str, python_dirs: tuple[str, ...] = ("lib/python",)) -> None:
         dynload = os.path.join(stdlib, "lib-dynload")
         shutil.copytree(dynload, os.path.join(stdlib_dest, "lib-dynload"), symlinks=False,
                         ignore=shutil.ignore_patterns(*DYNLOAD_SKIP))
-        shutil.copy2(_loader(), loader_path(root))
+        shutil.copy2(loader_of(), loader_path(root))
     except OSError as e:
         raise NvctError(f"{root}: cannot bundle the Python runtime: {e}") from None
     entries = [f"../lib/{python_name()}", f"../lib/{python_name()}/lib-dynload"]
@@ -91,12 +91,13 @@ def bundle(root: str, python_dirs: tuple[str, ...] = ("lib/python",)) -> None:
         f.write("\n".join(entries) + "\n")
 
 
-def copy_libraries(root: str) -> list[str]:
-    """Copy every shared library the ELF files under ``root`` need (transitively) into ``root/lib``."""
-    lib = os.path.join(root, "lib")
+def copy_libraries(root: str, lib: str | None = None, elf_files: list[str] | None = None) -> list[str]:
+    """Copy every shared library the ELF files under ``root`` (or ``elf_files``) need, transitively,
+    from the image into ``lib`` (default ``root/lib``); the names copied."""
+    lib = lib or os.path.join(root, "lib")
     cache = _cache()
     have = {name for name in os.listdir(lib) if ".so" in name}
-    todo = [p for p in _elf_files(root)]
+    todo = list(_elf_files(root) if elf_files is None else elf_files)
     copied = []
     while todo:
         path = todo.pop()
@@ -124,15 +125,15 @@ def _elf_files(root: str):
                         yield path
 
 
-def _loader() -> str:
-    """The image's ELF loader: the PT_INTERP of its interpreter."""
+def loader_of(program: str | None = None) -> str:
+    """The image's ELF loader: the PT_INTERP of ``program`` (default: its Python)."""
     from elftools.elf.elffile import ELFFile
 
-    with open(os.path.realpath(sys.executable), "rb") as f:
+    with open(os.path.realpath(program or sys.executable), "rb") as f:
         for segment in ELFFile(f).iter_segments():
             if segment["p_type"] == "PT_INTERP":
                 return os.path.realpath(segment.get_interp_name())
-    raise NvctError(f"{sys.executable}: has no ELF loader (a static Python cannot be bundled this way)")
+    raise NvctError(f"{program or sys.executable}: has no ELF loader (a static Python cannot be bundled this way)")
 
 
 def _cache() -> dict[str, str]:
