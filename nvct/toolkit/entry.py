@@ -68,7 +68,8 @@ def main() -> int:
         return check()
     from nvct.hookenv import check as check_hook_env
 
-    check_hook_env(program, own_lib_dir=os.path.dirname(python_dir()))
+    # The wrapper (now argv[0]) lives in the toolkit directory and puts its lib first.
+    check_hook_env(program, own_lib_dir=os.path.join(os.path.dirname(sys.argv[0]), "lib"))
     module = __import__(PROGRAMS[program], fromlist=["main"])
     return module.main()
 

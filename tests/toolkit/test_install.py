@@ -117,7 +117,8 @@ def test_container_starts_during_upgrades_always_find_a_whole_runtime(tmp_path):
 
     def start_hooks():
         while not stop.is_set():
-            proc = subprocess.run([hook, "--version"], capture_output=True, text=True, check=False)
+            proc = subprocess.run([hook, "--version"], capture_output=True, text=True, check=False,
+                                  env={"PATH": "/usr/bin:/bin"})
             if proc.returncode != 0:
                 failures.append(proc.stderr)
 
