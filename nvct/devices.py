@@ -68,11 +68,11 @@ def _strip_kind(ident: str, default_kind: str) -> str:
 
 def _find(ident: str, driver: Driver):
     gpus = driver.gpus
-    if ident.isdigit():
+    if _number(ident):
         index = int(ident)
         return gpus[index] if index < len(gpus) else None
     gpu_part, sep, mig_part = ident.partition(":")
-    if sep and gpu_part.isdigit() and mig_part.isdigit():
+    if sep and _number(gpu_part) and _number(mig_part):
         g, m = int(gpu_part), int(mig_part)
         if g < len(gpus) and m < len(gpus[g].migs):
             return gpus[g], gpus[g].migs[m]
@@ -91,6 +91,11 @@ def _find(ident: str, driver: Driver):
             if gpu.bus_id == bus:
                 return gpu
     return None
+
+
+def _number(text: str) -> bool:
+    # str.isdigit() also takes "²" (int() fails) and "٣" (int() gives 3).
+    return text.isascii() and text.isdigit()
 
 
 def _find_mig_uuid(ident: str, driver: Driver):

@@ -75,6 +75,11 @@ class Mount(Record):
     options: tuple[str, ...]
     reason: str
 
+    @property
+    def writable(self) -> bool:
+        """Whether the container may write through it (no ``ro`` option)."""
+        return "ro" not in self.options
+
     def to_cdi(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "hostPath": self.host_path,
@@ -325,3 +330,15 @@ def _merge(into: list, items: Iterable) -> None:
 def with_reason(edit, reason: str):
     """Return ``edit`` with its reason set (edits are immutable)."""
     return edit.replace(reason=reason)
+
+
+def writable_last(mounts: Iterable[Mount]) -> list[Mount]:
+    """``mounts`` with the writable ones last, otherwise in order.
+
+    A writable host directory mounted early (the MPS pipe dir) would be where
+    later targets land when an image symlink leads into it: runc and crun
+    create missing targets by following the image's symlinks inside the root.
+    Mounted last, nothing is created through it (docs/security.md).
+    """
+    mounts = list(mounts)
+    return [m for m in mounts if not m.writable] + [m for m in mounts if m.writable]

@@ -52,7 +52,8 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     edits.extend(_imex_edits(request, driver))
     for feature in sorted(request.features):
         edits.extend(gated_edits(driver, feature))
-    edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config)))
+    edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
+                              ldconfig=ldconfig_setting(config)))
     logger.debug("edits for %r: %d device node(s), %d mount(s), %d hook(s)", request,
                  len(edits.device_nodes), len(edits.mounts), len(edits.hooks))
     return edits
@@ -83,8 +84,26 @@ def mig_edits(driver: Driver, gpu: Gpu, mig: MigDevice, capabilities=()) -> Cont
     ])
 
 
-def common_edits(driver: Driver, capabilities, *, hook_path: str) -> ContainerEdits:
-    """What every GPU container with ``capabilities`` gets, whichever GPUs it has."""
+def ldconfig_setting(config) -> str | None:
+    """``nvidia-container-cli.ldconfig`` when it is not the default (``@/sbin/ldconfig``).
+
+    The update-ldcache step runs that host ldconfig ('@' marks a host path,
+    as in the reference), e.g. Ubuntu's ``@/sbin/ldconfig.real``.
+    """
+    value = config.get("nvidia-container-cli.ldconfig")
+    if not value:
+        return None
+    if not isinstance(value, str):
+        raise NvctError(f"nvidia-container-cli.ldconfig: must be a string, not {type(value).__name__}")
+    return None if value == "@/sbin/ldconfig" else value
+
+
+def common_edits(driver: Driver, capabilities, *, hook_path: str,
+                 ldconfig: str | None = None) -> ContainerEdits:
+    """What every GPU container with ``capabilities`` gets, whichever GPUs it has.
+
+    ``ldconfig``: the host ldconfig for the update-ldcache step (None: the default).
+    """
     caps = set(capabilities)
     edits = ContainerEdits()
     edits.device_nodes.extend(_device(n, "driver control node") for n in driver.control_nodes())
@@ -108,14 +127,14 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str) -> ContainerEd
             for path in driver.graphics_files(cap):
                 edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason=f"{cap} config"))
 
-    steps = in_container_steps(driver, libraries, caps)
+    steps = in_container_steps(driver, libraries, caps, ldconfig=ldconfig)
     if steps:
         edits.hooks.append(Hook("createContainer", hook_path, tuple(["nvct", "hook", "chain"] + steps),
                                 reason="symlinks and ld cache inside the container"))
     return edits
 
 
-def in_container_steps(driver: Driver, libraries, caps) -> list[str]:
+def in_container_steps(driver: Driver, libraries, caps, *, ldconfig: str | None = None) -> list[str]:
     """The hook chain, one process: create-symlinks, enable-cuda-compat, update-ldcache,
     disable-device-node-modification."""
     links = []
@@ -139,7 +158,8 @@ def in_container_steps(driver: Driver, libraries, caps) -> list[str]:
     if "compute" in caps:
         steps.append(["enable-cuda-compat", "--host-driver-version", driver.version])
     if folders:
-        steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)])
+        steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)]
+                     + (["--ldconfig-path", ldconfig] if ldconfig else []))
     # Keeps libcuda from creating device nodes in the container (a no-op without /proc/driver/nvidia).
     steps.append(["disable-device-node-modification"])
     return join_steps(steps)

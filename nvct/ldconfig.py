@@ -142,7 +142,7 @@ def _check_folder(folder: str) -> str:
 
 
 def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
-                   ldconfig: str = DEFAULT, timeout: float = 60.0) -> str:
+                   ldconfig: str = DEFAULT, timeout: float = 10.0) -> str:
     """Make the container at ``rootfs_path`` find libraries in ``folders``.
 
     Writes the folders to :data:`CONF_PATH` (replacing an earlier one; it is
@@ -162,14 +162,142 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
                     f"/etc in container root {rootfs_path} is read-only: cannot update "
                     f"{CACHE_PATH} for {', '.join(folders) or 'injected libraries'}")
             root.makedirs("/etc")
-            if folders:
-                text = "# Written by nvct: driver libraries injected into this container.\n"
-                root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders),
-                                0o644, replace=True)
-            return _run_chrooted(root, exe, ["ldconfig", "-C", CACHE_PATH, *folders],
-                                 timeout, ldconfig)
+            for folder in ["/etc", *folders]:
+                if root.exists(folder):  # ldconfig writes links and the cache there
+                    root.check_same_mount(folder)
+            check_conf(root)
+            with _etc_lock(root, timeout):
+                if folders:
+                    text = "# Written by nvct: driver libraries injected into this container.\n"
+                    root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders),
+                                    0o644, replace=True)
+                return _run_chrooted(root, exe, ["ldconfig", "-C", CACHE_PATH, *folders],
+                                     timeout, ldconfig)
     finally:
         os.close(exe)
+
+
+_MAX_CONF_FILES = 512
+
+
+def check_conf(root: Rootfs, path: str = "/etc/ld.so.conf") -> None:
+    """Follow the image's ld.so.conf and its ``include`` lines as ldconfig will, first.
+
+    ldconfig blocks forever on a FIFO and recurses without end on a file
+    that includes itself; both would hold the container's start until the
+    time limit. Here they fail at once with one line. Every file must be a
+    regular file (Rootfs.open refuses anything else) and no include chain
+    may come back to a file it passed.
+    """
+    count = [0]
+
+    def visit(conf: str, chain: tuple[str, ...]) -> None:
+        real = root.realpath(conf)
+        if real in chain:
+            raise ContainerError(f"{conf} in container root {root.path}: ld.so.conf includes "
+                                 "itself; refusing to run ldconfig on it")
+        count[0] += 1
+        if count[0] > _MAX_CONF_FILES:
+            raise ContainerError(f"{path} in container root {root.path}: includes more than "
+                                 f"{_MAX_CONF_FILES} files; refusing to run ldconfig on it")
+        text = root.read_file(conf).decode("utf-8", "replace")
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if not line.startswith("include") or line[7:8] not in (" ", "\t"):
+                continue
+            for pattern in line[8:].split():
+                if not pattern.startswith("/"):
+                    pattern = os.path.join(os.path.dirname(real), pattern)
+                for found in _glob(root, pattern):
+                    visit(found, chain + (real,))
+
+    if root.exists(path):
+        visit(path, ())
+
+
+def _glob(root: Rootfs, pattern: str) -> list[str]:
+    """glob(3) inside the root, sorted as ldconfig sees it; directories are skipped."""
+    paths = ["/"]
+    parts = [p for p in pattern.split("/") if p]
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        nxt = []
+        for base in paths:
+            if not any(c in part for c in "*?["):
+                nxt.append(_join(base, part))
+                continue
+            try:
+                names = root.listdir(base)
+            except ContainerError:
+                continue
+            nxt.extend(_join(base, n) for n in sorted(names) if _match(n, part)
+                       and (not n.startswith(".") or part.startswith(".")))
+        paths = nxt
+        if not last:
+            paths = [p for p in paths if root.exists(p)]
+    return [p for p in paths if root.exists(p) and not _is_dir(root, p)]
+
+
+def _match(name: str, pattern: str) -> bool:
+    """fnmatch without importing re (this runs on every container start)."""
+    if "[" in pattern:
+        import fnmatch
+
+        return fnmatch.fnmatchcase(name, pattern)
+    # Greedy wildcard matching with one backtrack point: linear for '*' and '?'.
+    n = p = 0
+    star, mark = -1, 0
+    while n < len(name):
+        if p < len(pattern) and pattern[p] in ("?", name[n]):
+            n, p = n + 1, p + 1
+        elif p < len(pattern) and pattern[p] == "*":
+            star, mark, p = p, n, p + 1
+        elif star >= 0:
+            mark += 1
+            n, p = mark, star + 1
+        else:
+            return False
+    return all(c == "*" for c in pattern[p:])
+
+
+def _join(base: str, name: str) -> str:
+    return base.rstrip("/") + "/" + name
+
+
+def _is_dir(root: Rootfs, path: str) -> bool:
+    try:
+        root.listdir(path)
+        return True
+    except ContainerError:
+        return False
+
+
+class _etc_lock:
+    """An exclusive flock on the root's /etc for the ld cache update.
+
+    Two containers started at once on one root filesystem would otherwise
+    both write ``/etc/ld.so.cache~`` and rename it, and race on the conf file.
+    """
+
+    def __init__(self, root: Rootfs, timeout: float):
+        self._root, self._timeout, self._fd = root, timeout, -1
+
+    def __enter__(self) -> None:
+        self._fd = self._root.open("/etc")
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(self._fd)
+                    raise ContainerError(f"/etc in container root {self._root.path}: another "
+                                         f"ld cache update held it for {self._timeout:g}s") from None
+                time.sleep(0.01)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)  # releases the lock
 
 
 def _run_chrooted(root: Rootfs, exe: int, argv: list[str], timeout: float,

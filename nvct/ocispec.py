@@ -51,7 +51,79 @@ def load(bundle: str, raw: bytes | None = None) -> dict[str, Any]:
         raise SpecError(f"{path}: cannot read OCI spec: {e}") from None
     if not isinstance(spec, dict):
         raise SpecError(f"{path}: OCI spec is not a JSON object")
+    problem = shape_problem(spec)
+    if problem:
+        raise SpecError(f"{path}: {problem}")
     return spec
+
+
+#: The fields nvct reads or writes, and the JSON type each must have (None: any).
+_SHAPE: tuple[tuple[str, type | tuple[type, ...], type | tuple[type, ...] | None], ...] = (
+    ("process", dict, None),
+    ("process.env", list, str),
+    ("process.capabilities", (dict, list), None),
+    ("process.capabilities.bounding", list, str),
+    ("process.user", dict, None),
+    ("root", dict, None),
+    ("root.path", str, None),
+    ("mounts", list, dict),
+    ("annotations", dict, str),
+    ("hooks", dict, list),
+    ("linux", dict, None),
+    ("linux.devices", list, dict),
+    ("linux.resources", dict, None),
+    ("linux.resources.devices", list, dict),
+)
+_JSON_NAMES = {dict: "an object", list: "an array", str: "a string"}
+_PLURAL = {dict: "objects", list: "arrays", str: "strings"}
+
+
+def shape_problem(spec: dict[str, Any]) -> str | None:
+    """Why ``spec`` cannot be read (a field of the wrong JSON type), or None.
+
+    Checked once on load, so later code can rely on the types and a bad
+    spec gets one line naming the field, never an internal error.
+    """
+    for name, kind, item in _SHAPE:
+        value: Any = spec
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+            if value is None:
+                break
+        if value is None:
+            continue
+        if not isinstance(value, kind):
+            return f"{name} must be {_kind_name(kind)}, not {_json_type(value)}"
+        if item is None:
+            continue
+        values = value.values() if isinstance(value, dict) else value
+        for v in values:
+            if not isinstance(v, item):
+                return f"{name} must hold only {_PLURAL[item]}, not {_json_type(v)}"
+    for i, m in enumerate(spec.get("mounts") or ()):
+        for key in ("destination", "source", "type"):
+            if m.get(key) is not None and not isinstance(m[key], str):
+                return f"mounts[{i}].{key} must be a string, not {_json_type(m[key])}"
+        options = m.get("options")
+        if options is not None and not (isinstance(options, list)
+                                        and all(isinstance(o, str) for o in options)):
+            return f"mounts[{i}].options must be an array of strings"
+    return None
+
+
+def _kind_name(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(_JSON_NAMES.get(k, k.__name__) for k in kinds)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
 def save(bundle: str, spec: dict[str, Any]) -> None:
@@ -78,10 +150,12 @@ def apply_edits(spec: dict[str, Any], edits: ContainerEdits) -> None:
     for node in edits.device_nodes:
         _add_device(spec, node)
     if edits.mounts:
+        from nvct.edits import writable_last
+
         mounts = spec.get("mounts") or []
         targets = {m.container_path for m in edits.mounts}
         mounts = [m for m in mounts if os.path.normpath(m.get("destination", "")) not in targets]
-        mounts.extend(_oci_mount(m) for m in edits.mounts)
+        mounts.extend(_oci_mount(m) for m in writable_last(edits.mounts))
         spec["mounts"] = mounts
     for hook in edits.hooks:
         add_hook(spec, hook)

@@ -13,7 +13,7 @@ import os
 
 from nvct import injection
 from nvct.driver import Driver
-from nvct.edits import ContainerEdits, Mount
+from nvct.edits import ContainerEdits, Mount, writable_last
 from nvct.hooks.container import HookContext
 from nvct.request import Request
 
@@ -59,7 +59,7 @@ def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, visible, spec, b
         for node in edits.device_nodes if devbind else ():
             root.mknod(node.path, node.type, node.major, node.minor,
                        node.file_mode if node.file_mode is not None else 0o666, node.uid, node.gid)
-        for mount in edits.mounts:
+        for mount in writable_last(edits.mounts):  # never a path for later targets
             _bind(root, mount)
         _mask_procfs(root, driver, visible)
     ctx = HookContext(rootfs=rootfs, bundle=bundle, spec=spec)

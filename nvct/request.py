@@ -178,9 +178,25 @@ def is_qualified_cdi_name(name: str) -> bool:
 
 
 def _visible_devices(env, config, privileged, mounts, annotations, legacy):
+    devices, source = _requested_devices(env, config, privileged, mounts, annotations, legacy)
+    if devices:
+        _check_gated_kinds(devices, source, privileged, config)
+    return devices, source
+
+
+def _requested_devices(env, config, privileged, mounts, annotations, legacy):
     from_annotations = _devices_from_annotations(annotations, config)
     if from_annotations:
-        return _normalize(from_annotations, "annotations"), "annotations"
+        if not (privileged or config.get("accept-nvidia-visible-devices-envvar-when-unprivileged")):
+            # Annotations are spec content like the env (podman copies an image's
+            # annotations; CRI can pass a pod's): with the env locked down for
+            # unprivileged containers, so are they. Volume mounts stay the channel.
+            from nvct.log import logger
+
+            logger.warning("ignoring CDI device annotations in unprivileged container "
+                           "(accept-nvidia-visible-devices-envvar-when-unprivileged = false)")
+        else:
+            return _normalize(from_annotations, "annotations"), "annotations"
     if config.get("accept-nvidia-visible-devices-as-volume-mounts"):
         from_mounts = [
             _mount_request_to_name(d) for d in _mount_requests(mounts) if not d.startswith("imex/")
@@ -205,6 +221,41 @@ def _visible_devices(env, config, privileged, mounts, annotations, legacy):
     return devices, "env"
 
 
+#: CDI vendors whose devices only a privileged container (CAP_SYS_ADMIN) may name:
+#: the management devices carry the MIG config/monitor capabilities, which
+#: NVIDIA_MIG_CONFIG_DEVICES/NVIDIA_MIG_MONITOR_DEVICES refuse to others.
+PRIVILEGED_VENDORS = ("management.nvidia.com",)
+
+
+def _check_gated_kinds(devices, source, privileged, config) -> None:
+    """Who may ask for which CDI kind (docs/security.md, "Who may request which device").
+
+    An unprivileged container may name, through the env or annotations, only
+    NVIDIA GPU kinds (vendor nvidia.com or a subdomain of it, and the
+    configured default kind); another vendor's device (which may bind-mount
+    any host directory) and the management devices need CAP_SYS_ADMIN.
+    Volume mounts, which only the orchestrator sets, may name any vendor but
+    not the management devices.
+    """
+    if privileged:
+        return
+    default_vendor = str(config.get("nvidia-container-runtime.modes.cdi.default-kind")
+                         or "nvidia.com/gpu").partition("/")[0]
+    where = {"env": VISIBLE_DEVICES, "mounts": "volume mounts"}.get(source, source)
+    for name in devices:
+        if "=" not in name or "/" not in name.partition("=")[0]:
+            continue  # an id, not a CDI name: the default kind
+        vendor = name.partition("/")[0]
+        if vendor in PRIVILEGED_VENDORS:
+            raise RequestError(f"{where}: CDI device {name!r} is for privileged containers "
+                               "only (needs CAP_SYS_ADMIN)")
+        if source == "mounts" or vendor == default_vendor or vendor == "nvidia.com" \
+                or vendor.endswith(".nvidia.com"):
+            continue
+        raise RequestError(f"{where}: CDI device {name!r} is not an NVIDIA device; an unprivileged "
+                           "container may only request NVIDIA GPUs this way (needs CAP_SYS_ADMIN)")
+
+
 def _visible_env_vars(env, config) -> list[str]:
     """``swarm-resource`` names env vars that take precedence over NVIDIA_VISIBLE_DEVICES."""
     swarm = [s.strip() for s in str(config.get("swarm-resource") or "").split(",") if s.strip()]
@@ -220,6 +271,9 @@ def _normalize(ids: Sequence[str], where: str) -> tuple[str, ...] | None:
     ids = [i.strip() for i in ids if i.strip()]
     if len(ids) > _MAX_DEVICE_IDS:
         raise RequestError(f"{where}: too many device ids ({len(ids)})")
+    for i in ids:
+        if not i.isascii() or not i.isprintable():
+            raise RequestError(f"{where}: invalid value {i!r} (ids and CDI names are ASCII)")
     if not ids or "void" in ids:
         return None
     for i in ids:
@@ -284,7 +338,7 @@ def _imex_channels(env, config, privileged, mounts) -> tuple[str, ...]:
     if config.get("accept-nvidia-visible-devices-as-volume-mounts"):
         channels = [d[len("imex/"):] for d in _mount_requests(mounts) if d.startswith("imex/")]
         if channels:
-            return tuple(dict.fromkeys(channels))
+            return _checked_channels(dict.fromkeys(channels), "IMEX channel volume mount")
     if IMEX_CHANNELS not in env:
         return ()
     channels = _normalize(_split_ids(env[IMEX_CHANNELS]), IMEX_CHANNELS)
@@ -293,10 +347,23 @@ def _imex_channels(env, config, privileged, mounts) -> tuple[str, ...]:
         return ()
     if not (privileged or config.get("accept-nvidia-visible-devices-envvar-when-unprivileged")):
         return ()
+    return _checked_channels(channels, IMEX_CHANNELS)
+
+
+_MAX_IMEX_CHANNEL = 1 << 20  # the driver's channel minors are far below this
+
+
+def _checked_channels(channels, where: str) -> tuple[str, ...]:
+    """Channel numbers in ASCII digits only: str.isdigit() also takes '²' and '٣'."""
     for c in channels:
-        if not c.isdigit():
-            raise RequestError(f"{IMEX_CHANNELS}: invalid channel {c!r} (expected a number)")
-    return channels
+        if not is_ascii_number(c) or int(c) >= _MAX_IMEX_CHANNEL:
+            raise RequestError(f"{where}: invalid channel {c!r} (expected a number 0-{_MAX_IMEX_CHANNEL - 1})")
+    return tuple(str(int(c)) for c in channels)
+
+
+def is_ascii_number(text: str) -> bool:
+    """Only the digits 0-9 (``str.isdigit`` accepts superscripts and other scripts' digits)."""
+    return bool(text) and text.isascii() and text.isdigit()
 
 
 def _privileged_list(env: Mapping[str, str], name: str, privileged: bool) -> tuple[str, ...]:

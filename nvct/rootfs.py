@@ -17,7 +17,12 @@ operation here ever passes a joined ``root + path`` string to the kernel:
   checked afterwards to be where the path leads, and undone if not;
 * nothing is created or changed on procfs, sysfs and the like, even inside
   the root (their files act on the host kernel); reading or mounting over
-  them only at the exact path the caller named, never via an image symlink.
+  them only at the exact path the caller named, never via an image symlink;
+* nothing is created or changed in a directory that an image symlink moved
+  onto another mount: the directory must be on the mount its path names
+  literally (see :meth:`Rootfs._check_mount`). Bind mounts of host
+  directories (the read-write MPS pipe dir, volumes) are thus never written
+  through a planted ``/usr/lib/x86_64-linux-gnu -> /tmp/nvidia-mps``.
 
 Open a Rootfs only after entering the container's mount namespace (see
 nvct.namespaces): operations refuse to run from another one.
@@ -137,6 +142,31 @@ def fs_type(fd: int) -> int:
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
+_STATX_MNT_ID = 0x1000
+_AT_EMPTY_PATH = 0x1000
+_AT_SYMLINK_NOFOLLOW = 0x100
+_STATX_MNT_ID_OFFSET = 0x90  # struct statx: stx_mnt_id
+_have_statx_mnt_id: bool | None = None
+
+
+def mount_id(fd: int) -> int:
+    """The id of the mount holding ``fd`` (statx's STATX_MNT_ID, else /proc/self/fdinfo)."""
+    global _have_statx_mnt_id
+    if _have_statx_mnt_id is not False:
+        buf = ctypes.create_string_buffer(256)  # sizeof(struct statx)
+        if _libc.statx(fd, b"", _AT_EMPTY_PATH | _AT_SYMLINK_NOFOLLOW, _STATX_MNT_ID, buf) == 0:
+            mask = ctypes.c_uint32.from_buffer(buf).value
+            if mask & _STATX_MNT_ID:
+                _have_statx_mnt_id = True
+                return ctypes.c_uint64.from_buffer(buf, _STATX_MNT_ID_OFFSET).value
+        _have_statx_mnt_id = False  # older kernel (< 5.8) or libc without statx
+    with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+        for line in f:
+            if line.startswith(b"mnt_id:"):
+                return int(line.split()[1])
+    raise OSError(errno.ENOTSUP, "cannot tell the mount of an fd", f"/proc/self/fdinfo/{fd}")
+
+
 def _mount_ns() -> tuple[int, int] | None:
     try:
         st = os.stat("/proc/self/ns/mnt")
@@ -172,6 +202,7 @@ class Rootfs:
         except OSError as e:
             raise ContainerError(f"container root {self.path}: {e.strerror}") from None
         self._ns = _mount_ns()
+        self._literal_mounts: dict[str, int] = {}
 
     def __enter__(self) -> Rootfs:
         return self
@@ -263,7 +294,68 @@ class Rootfs:
         parent = parent or "."
         if create:
             self._makedirs(parent, 0o755)
-        return self._resolve(parent, directory=True), name
+        fd = self._resolve(parent, directory=True)
+        try:
+            self._check_mount(fd, parent, rel)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, name
+
+    def _check_mount(self, fd: int, parent: str, rel: str) -> None:
+        """Refuse when ``fd`` (``parent`` resolved) is on another mount than ``parent`` names.
+
+        The expected mount is the one a walk of ``parent``'s components
+        reaches without following any symlink (it stops at the first
+        symlink or missing component). Mount points the path names itself
+        (``/dev``, ``/proc/driver/nvidia/gpus``) are thus fine, while an
+        image symlink cannot move a write onto a bind mount of a host
+        directory, such as the read-write ``/tmp/nvidia-mps``. The
+        expectation is cached per path: a later swap of a directory for a
+        symlink still meets the mount seen first.
+        """
+        expected = self._literal_mounts.get(parent)
+        if expected is None:
+            expected = self._literal_mounts[parent] = self._literal_mount(parent)
+        if mount_id(fd) != expected:
+            where = self._inside(fd, rel)
+            raise ContainerError(
+                f"{self._show(rel)}: its directory leads through a symlink onto another "
+                f"mount ({where}); refusing to create or change anything there")
+
+    def _literal_mount(self, parent: str) -> int:
+        """Mount id of the deepest directory of ``parent`` reached without following a symlink."""
+        cur = os.dup(self._fd)
+        try:
+            for part in ([] if parent == "." else parent.split("/")):
+                try:
+                    nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+                except OSError:
+                    break
+                if not stat.S_ISDIR(os.fstat(nxt).st_mode):
+                    os.close(nxt)
+                    break
+                os.close(cur)
+                cur = nxt
+            return mount_id(cur)
+        finally:
+            os.close(cur)
+
+    def check_same_mount(self, path: str) -> None:
+        """Raise ContainerError if ``path`` lies, through a symlink, on another mount than named.
+
+        For directories handed to a program that writes in them (ldconfig's
+        library folders): the same rule as every write here.
+        """
+        rel = _normalize(path)
+        try:
+            fd = self._resolve(rel, directory=True)
+        except OSError as e:
+            raise self._fail(rel, e) from None
+        try:
+            self._check_mount(fd, rel, rel)
+        finally:
+            os.close(fd)
 
     def _checked(self, fd: int, rel: str, *, named: bool = False) -> None:
         """Refuse procfs, sysfs and the like: their files act on the host kernel.
@@ -416,6 +508,13 @@ class Rootfs:
             try:
                 os.mkdir(name, mode, dir_fd=parent)
             except FileExistsError:
+                # Another start on this root made it since we looked: fine if it is
+                # a directory (or resolves to one) now.
+                try:
+                    os.close(self._resolve(rel, directory=True))
+                    return
+                except OSError:
+                    pass
                 raise ContainerError(
                     f"{self._show(rel)}: exists but does not resolve to a directory "
                     "(dangling symlink?)") from None
@@ -476,6 +575,8 @@ class Rootfs:
     def _set_attrs(self, rel: str, mode: int | None, uid: int | None,
                    gid: int | None) -> None:
         try:
+            if rel != ".":
+                os.close(self._parent(rel, create=False)[0])  # not via a symlink onto another mount
             fd = self._resolve(rel)
             try:
                 self._checked(fd, rel)

@@ -56,14 +56,14 @@ _MANAGEMENT_SKIPPED = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 
 def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cls: str = DEFAULT_CLASS,
              device_ids: Sequence[str] = (ALL_DEVICE,), strategies: Sequence[str] = DEFAULT_STRATEGIES,
-             mode: str = "auto", all_device: bool = True) -> dict[str, Any]:
+             mode: str = "auto", all_device: bool = True, ldconfig: str | None = None) -> dict[str, Any]:
     """The spec (a mapping ready to write) for ``driver``'s devices."""
     reason = names.vendor_error(vendor) or names.class_error(cls)
     if reason:
         raise NvctError(f"invalid CDI kind {vendor}/{cls}: {reason}")
     if mode not in MODES:
         raise NvctError(f"unknown CDI generate mode {mode!r} (one of {', '.join(MODES)})")
-    common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path)
+    common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig)
     if mode == "management":
         entries = [(ALL_DEVICE, _management_edits(driver))]
         common.device_nodes = []
@@ -171,14 +171,16 @@ def _without(edits: ContainerEdits, common: ContainerEdits) -> ContainerEdits:
 
 
 def _sorted(edits: ContainerEdits) -> ContainerEdits:
-    """Nodes and mounts by depth, then path: a parent directory's mount comes first."""
+    """Nodes and mounts by depth, then path: a parent directory's mount comes first,
+    except that writable mounts come after all read-only ones."""
     def depth(path: str) -> tuple[int, str]:
         return os.path.normpath(path).count("/"), path
 
     return ContainerEdits(
         env=list(edits.env),
         device_nodes=sorted(edits.device_nodes, key=lambda n: depth(n.path)),
-        mounts=sorted(edits.mounts, key=lambda m: depth(m.container_path)),
+        # Writable mounts (the MPS pipe dir) last: never a path for later targets.
+        mounts=sorted(edits.mounts, key=lambda m: (m.writable, depth(m.container_path))),
         hooks=list(edits.hooks),
         additional_gids=list(edits.additional_gids),
     )

@@ -80,9 +80,10 @@ def _automatic_registry(wanted: list[str], config) -> Registry:
     """A registry of one spec generated now for just the requested devices."""
     from nvct.cdi import generate, spec as spec_mod
     from nvct.driver import Driver
-    from nvct.injection import hook_executable
+    from nvct.injection import hook_executable, ldconfig_setting
 
     ids = [n.partition("=")[2] for n in wanted]
     raw = generate.generate(Driver.from_config(config), hook_path=hook_executable(config),
-                            vendor=AUTOMATIC_VENDOR, cls=AUTOMATIC_CLASS, device_ids=ids)
+                            vendor=AUTOMATIC_VENDOR, cls=AUTOMATIC_CLASS, device_ids=ids,
+                            ldconfig=ldconfig_setting(config))
     return Registry.from_specs([spec_mod.validate(raw, f"<generated for {', '.join(ids)}>")])

@@ -87,7 +87,7 @@ def run(config, *, output, fmt, mode, strategies, device_ids, driver_root, dev_r
     from nvct.cdi import encoding, generate, spec as spec_mod
     from nvct.driver import Driver
     from nvct.errors import NvctError
-    from nvct.injection import hook_executable
+    from nvct.injection import hook_executable, ldconfig_setting
 
     fmt = output_format(fmt, output)
     if hook_path is not None and not hook_path.startswith("/"):
@@ -99,7 +99,7 @@ def run(config, *, output, fmt, mode, strategies, device_ids, driver_root, dev_r
     raw = generate.generate(
         driver, hook_path=hook_path or hook_executable(config), vendor=vendor, cls=cls,
         device_ids=split_list(device_ids) or ("all",), strategies=tuple(strategies) or generate.DEFAULT_STRATEGIES,
-        mode=mode.lower(), all_device=not no_all_device)
+        mode=mode.lower(), all_device=not no_all_device, ldconfig=ldconfig_setting(config))
     if not output:
         sys.stdout.write(encoding.dumps(raw, fmt))
         return None

@@ -261,7 +261,7 @@ def configure_request(opts: dict):
         devices = ("all",)
     env = {f"NVIDIA_REQUIRE_CLI_{i:03d}": expr for i, expr in enumerate(opts.get("require", ()))}
     for channel in _ids(opts, "imex-channel"):
-        if not channel.isdigit():
+        if not (channel.isascii() and channel.isdigit()):
             raise UsageError(f"configure: invalid --imex-channel {channel!r} (expected a number)")
     return Request(
         devices=devices,
@@ -308,6 +308,6 @@ def _pid(raw) -> int:
     """``--pid``, else the parent process (the reference's standalone mode)."""
     if raw is None:
         return os.getppid()
-    if not str(raw).isdigit() or int(raw) <= 0:
+    if not (str(raw).isascii() and str(raw).isdigit()) or int(raw) <= 0:
         raise UsageError(f"configure: invalid --pid {raw!r}")
     return int(raw)

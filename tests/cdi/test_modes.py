@@ -191,7 +191,10 @@ def test_newer_cdi_edits_reach_the_oci_spec(tmp_path):
         }}],
         "containerEdits": {"intelRdt": {"closID": "gold", "l3CacheSchema": "L3:0=ff"}},
     })
-    _, oci = _modify(tmp_path, _oci_spec(["NVIDIA_VISIBLE_DEVICES=acme.com/nic=n0"]))
+    # Another vendor's device by env: privileged containers only (docs/security.md).
+    spec = _oci_spec(["NVIDIA_VISIBLE_DEVICES=acme.com/nic=n0"])
+    spec["process"]["capabilities"] = {"bounding": ["CAP_SYS_ADMIN"]}
+    _, oci = _modify(tmp_path, spec)
     assert oci["linux"]["netDevices"] == {"eth3": {"name": "rdma0"}}
     assert oci["linux"]["intelRdt"] == {"closID": "gold", "l3CacheSchema": "L3:0=ff"}
     assert oci["process"]["user"]["additionalGids"] == [107]
