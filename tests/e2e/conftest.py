@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -12,24 +11,10 @@ from tests.support.fixtures import need_binaries, need_root, need_rootfs_tools
 # Re-exported fixtures from the container support package.
 from tests.support.fixtures import busybox_image_tar, rootfs  # noqa: F401
 
-VENV_BIN = os.path.dirname(sys.executable)
-SHIM = os.path.join(VENV_BIN, "nvidia-container-runtime")
+# The shared GPU-container helpers (tests.support.gpu_runs), re-exported for the e2e tests.
+from tests.support.gpu_runs import NVCT, PATH_ENV, SHIM, VENV_BIN, node_config  # noqa: F401,E402
+
 HOOK = os.path.join(VENV_BIN, "nvidia-container-runtime-hook")
-NVCT = os.path.join(VENV_BIN, "nvct")
-PATH_ENV = "PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
-
-
-def node_config(tmp_path, sim_node, *, mode: str, runtime: str = "runc", extra: str = "") -> str:
-    """A config file: the node's three roots, plus the mode and low-level runtime."""
-    with open(sim_node["config"]) as f:
-        base = f.read()
-    path = os.path.join(str(tmp_path), "config.toml")
-    with open(path, "w") as f:
-        f.write(base)
-        f.write(f'\n[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{runtime}"]\n')
-        f.write(f'debug = "{tmp_path}/nvct.log"\n')
-        f.write(extra)
-    return path
 
 
 def expected_nodes(manifest, gpus=(), migs=(), control=True) -> set[str]:

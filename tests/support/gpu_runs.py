@@ -1,0 +1,110 @@
+"""GPU containers through nvct's shim on the simulated node, in any mode, under runc or crun.
+
+For tests that must go through the real runtimes (hostile images, request
+policy): one call writes the config (the node's roots, the mode, the
+low-level runtime, and for ``cdi`` mode a spec dir holding the spec
+``nvct cdi generate`` wrote for the node), the bundle, and runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Mapping, Sequence
+
+from .bundle import make_bundle
+from .proc import Result
+from .runtimes import RUNTIMES, run_container
+
+VENV_BIN = os.path.dirname(sys.executable)
+SHIM = os.path.join(VENV_BIN, "nvidia-container-runtime")
+NVCT = os.path.join(VENV_BIN, "nvct")
+PATH_ENV = "PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
+#: Every mode a request can be realized in: by the hook, in the spec, from a spec dir.
+MODES = ("legacy", "jit-cdi", "cdi")
+
+
+def need_runtime(runtime: str) -> None:
+    """Skip (with the reason) unless root, the rootfs tools and ``runtime`` are here."""
+    from . import cgroupfix
+    from .fixtures import need_binaries, need_root, need_rootfs_tools
+
+    need_root()
+    need_rootfs_tools()
+    need_binaries(RUNTIMES[runtime][0])
+    if runtime == "crun":
+        cgroupfix.ensure_crun_works()
+
+
+def node_config(tmp_path, node: Mapping, *, mode: str, runtime: str = "runc", extra: str = "") -> str:
+    """A config file: the node's three roots, plus the mode and low-level runtime.
+
+    In ``cdi`` mode the spec dirs are a private directory holding the node's
+    generated spec (``extra`` may add keys to ``[nvidia-container-runtime]``
+    only before other tables).
+    """
+    with open(node["config"]) as f:
+        base = f.read()
+    path = os.path.join(str(tmp_path), "config.toml")
+    with open(path, "w") as f:
+        f.write(base)
+        f.write(f'\n[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{runtime}"]\n')
+        f.write(f'debug = "{tmp_path}/nvct.log"\n')
+        if mode == "cdi":
+            f.write(f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir(tmp_path, node)}"]\n')
+        f.write(extra)
+    return path
+
+
+def spec_dir(tmp_path, node: Mapping) -> str:
+    """``tmp_path/cdi`` with ``nvidia.yaml`` from ``nvct cdi generate`` for ``node`` (made once)."""
+    directory = os.path.join(str(tmp_path), "cdi")
+    spec = os.path.join(directory, "nvidia.yaml")
+    if not os.path.exists(spec):
+        os.makedirs(directory, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}
+        env["NVIDIA_CTK_CONFIG_FILE_PATH"] = node["config"]
+        proc = subprocess.run([NVCT, "cdi", "generate", "--hook-path", NVCT, "--output", spec],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    return directory
+
+
+def run_gpu(tmp_path, node: Mapping, rootfs: str, *, mode: str, runtime: str = "runc",
+            env: Sequence[str] = (), command: str = "true", privileged: bool = False,
+            annotations: Mapping[str, str] | None = None, mounts: Sequence[Mapping] = (),
+            extra_config: str = "", name: str = "bundle", timeout: float = 60) -> Result:
+    """Run ``sh -c command`` with ``env`` in ``rootfs`` through the shim; the Result, ok or not."""
+    config = node_config(tmp_path, node, mode=mode, runtime=RUNTIMES[runtime][0], extra=extra_config)
+    bundle = make_bundle(os.path.join(str(tmp_path), name), rootfs, ["sh", "-c", command],
+                         env=[PATH_ENV, *env], privileged=privileged, annotations=annotations,
+                         mounts=mounts)
+    return run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config,
+                                              "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                         log_file=os.path.join(str(tmp_path), f"{name}.log.json"), timeout=timeout)
+
+
+def refusal(result: Result, tmp_path=None) -> str:
+    """The shim's or hook's error text, asserting the start failed without a traceback.
+
+    runc shows a failed hook's stderr; crun does not, so with ``tmp_path``
+    nvct's own log there (the ``debug`` file node_config names) counts too.
+    """
+    assert not result.ok, result.describe()
+    text = result.stderr
+    log = os.path.join(str(tmp_path), "nvct.log") if tmp_path is not None else None
+    if log and os.path.exists(log):
+        with open(log) as f:
+            text += "".join(line for line in f if '"error"' in line)
+    assert "Traceback" not in text and "internal error" not in text, result.describe()
+    assert text.strip(), result.describe()
+    return text
+
+
+def mounts_under(path: str) -> list[str]:
+    """Mount points at or below ``path`` in this namespace (none may be left after a run)."""
+    from nvct.namespaces import mounts
+
+    prefix = os.path.realpath(path).rstrip("/") + "/"
+    return [m.mount_point for m in mounts() if (m.mount_point + "/").startswith(prefix)]
