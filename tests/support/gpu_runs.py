@@ -37,18 +37,21 @@ def need_runtime(runtime: str) -> None:
         cgroupfix.ensure_crun_works()
 
 
-def node_config(tmp_path, node: Mapping, *, mode: str, runtime: str = "runc", extra: str = "") -> str:
+def node_config(tmp_path, node: Mapping, *, mode: str, runtime: str = "runc", extra: str = "",
+                top: str = "", cli: str = "") -> str:
     """A config file: the node's three roots, plus the mode and low-level runtime.
 
     In ``cdi`` mode the spec dirs are a private directory holding the node's
-    generated spec (``extra`` may add keys to ``[nvidia-container-runtime]``
-    only before other tables).
+    generated spec. ``top``: top-level keys; ``cli``: keys of
+    ``[nvidia-container-cli]``; ``extra``: appended (tables of its own).
     """
     with open(node["config"]) as f:
         base = f.read()
+    if cli:
+        base = base.replace("[nvidia-container-cli]\n", f"[nvidia-container-cli]\n{cli}\n", 1)
     path = os.path.join(str(tmp_path), "config.toml")
     with open(path, "w") as f:
-        f.write(base)
+        f.write(top + "\n" + base)
         f.write(f'\n[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{runtime}"]\n')
         f.write(f'debug = "{tmp_path}/nvct.log"\n')
         if mode == "cdi":
@@ -74,9 +77,14 @@ def spec_dir(tmp_path, node: Mapping) -> str:
 def run_gpu(tmp_path, node: Mapping, rootfs: str, *, mode: str, runtime: str = "runc",
             env: Sequence[str] = (), command: str = "true", privileged: bool = False,
             annotations: Mapping[str, str] | None = None, mounts: Sequence[Mapping] = (),
-            extra_config: str = "", name: str = "bundle", timeout: float = 60) -> Result:
-    """Run ``sh -c command`` with ``env`` in ``rootfs`` through the shim; the Result, ok or not."""
-    config = node_config(tmp_path, node, mode=mode, runtime=RUNTIMES[runtime][0], extra=extra_config)
+            extra_config: str = "", top_config: str = "", cli_config: str = "",
+            name: str = "bundle", timeout: float = 60) -> Result:
+    """Run ``sh -c command`` with ``env`` in ``rootfs`` through the shim; the Result, ok or not.
+
+    ``extra_config``/``top_config``/``cli_config``: see :func:`node_config`.
+    """
+    config = node_config(tmp_path, node, mode=mode, runtime=RUNTIMES[runtime][0], extra=extra_config,
+                         top=top_config, cli=cli_config)
     bundle = make_bundle(os.path.join(str(tmp_path), name), rootfs, ["sh", "-c", command],
                          env=[PATH_ENV, *env], privileged=privileged, annotations=annotations,
                          mounts=mounts)
