@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from .bundle import make_bundle
+from .bundle import edit_config, make_bundle
 from .proc import Result
 from .runtimes import RUNTIMES, run_container
 
@@ -55,39 +55,52 @@ def node_config(tmp_path, node: Mapping, *, mode: str, runtime: str = "runc", ex
         f.write(f'\n[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{runtime}"]\n')
         f.write(f'debug = "{tmp_path}/nvct.log"\n')
         if mode == "cdi":
-            f.write(f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir(tmp_path, node)}"]\n')
+            f.write(f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir(tmp_path)}"]\n')
         f.write(extra)
+    if mode == "cdi":
+        generate_spec(tmp_path, path)  # with this config, as on a node (its ldconfig, ...)
     return path
 
 
-def spec_dir(tmp_path, node: Mapping) -> str:
-    """``tmp_path/cdi`` with ``nvidia.yaml`` from ``nvct cdi generate`` for ``node`` (made once)."""
+def spec_dir(tmp_path, node: Mapping | None = None) -> str:
+    """``tmp_path/cdi``, the spec dir of a cdi-mode config; with ``node``, holding its spec."""
     directory = os.path.join(str(tmp_path), "cdi")
-    spec = os.path.join(directory, "nvidia.yaml")
-    if not os.path.exists(spec):
-        os.makedirs(directory, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}
-        env["NVIDIA_CTK_CONFIG_FILE_PATH"] = node["config"]
-        proc = subprocess.run([NVCT, "cdi", "generate", "--hook-path", NVCT, "--output", spec],
-                              capture_output=True, text=True, env=env, timeout=120)
-        assert proc.returncode == 0, proc.stderr
+    os.makedirs(directory, exist_ok=True)
+    if node is not None and not os.path.exists(os.path.join(directory, "nvidia.yaml")):
+        generate_spec(tmp_path, node["config"])
     return directory
+
+
+def generate_spec(tmp_path, config: str) -> str:
+    """``nvct cdi generate`` under ``config`` into ``tmp_path/cdi/nvidia.yaml``."""
+    spec = os.path.join(spec_dir(tmp_path), "nvidia.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}
+    env["NVIDIA_CTK_CONFIG_FILE_PATH"] = config
+    proc = subprocess.run([NVCT, "cdi", "generate", "--hook-path", NVCT, "--output", spec],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return spec
 
 
 def run_gpu(tmp_path, node: Mapping, rootfs: str, *, mode: str, runtime: str = "runc",
             env: Sequence[str] = (), command: str = "true", privileged: bool = False,
             annotations: Mapping[str, str] | None = None, mounts: Sequence[Mapping] = (),
             extra_config: str = "", top_config: str = "", cli_config: str = "",
-            name: str = "bundle", timeout: float = 60) -> Result:
+            name: str = "bundle", timeout: float = 60,
+            edit: Callable[[dict], None] | None = None) -> Result:
     """Run ``sh -c command`` with ``env`` in ``rootfs`` through the shim; the Result, ok or not.
 
-    ``extra_config``/``top_config``/``cli_config``: see :func:`node_config`.
+    ``extra_config``/``top_config``/``cli_config``: see :func:`node_config`; ``edit``
+    changes the written config.json in place.
     """
     config = node_config(tmp_path, node, mode=mode, runtime=RUNTIMES[runtime][0], extra=extra_config,
                          top=top_config, cli=cli_config)
     bundle = make_bundle(os.path.join(str(tmp_path), name), rootfs, ["sh", "-c", command],
                          env=[PATH_ENV, *env], privileged=privileged, annotations=annotations,
                          mounts=mounts)
+    if edit is not None:
+        with edit_config(bundle) as spec:
+            edit(spec)
     return run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config,
                                               "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
                          log_file=os.path.join(str(tmp_path), f"{name}.log.json"), timeout=timeout)
