@@ -30,6 +30,7 @@ import fcntl
 import os
 import select
 import struct
+import sys
 import time
 
 from nvct import privileges
@@ -338,6 +339,7 @@ def _child(root_fd: int, root_real: str, exe: int, argv: list[str], devnull: int
            out_w: int) -> None:
     """Never returns: execs ldconfig or exits with _SETUP_FAILED."""
     try:
+        _no_more_imports()  # every path below the chroot is the image's
         exe, devnull, out_w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
                                for fd in (exe, devnull, out_w))
         unshare_mount_namespace()
@@ -371,6 +373,15 @@ def _child(root_fd: int, root_real: str, exe: int, argv: list[str], devnull: int
             except BaseException:  # noqa: BLE001
                 continue
     os._exit(_SETUP_FAILED)
+
+
+def _no_more_imports() -> None:
+    """From here on only modules already loaded (or built in) can be imported: inside
+    the container root an import would find the image's file and run it as root."""
+    sys.path[:] = []
+    sys.path_importer_cache.clear()
+    sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", "") in ("BuiltinImporter",
+                                                                                   "FrozenImporter")]
 
 
 def _detach_pseudo_mounts(root_real: str) -> None:

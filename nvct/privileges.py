@@ -111,16 +111,28 @@ def set_no_new_privs() -> None:
 
 
 def preload_prctl() -> None:
-    """Import python-prctl now, e.g. before a chroot hides its files (if it loads at all)."""
+    """Decide now, before entering a container root, whether python-prctl is used.
+
+    Inside the root every import path resolves into the image: a second ``import
+    prctl`` there (after a first one failed, which Python does not remember) would
+    run the image's ``prctl.py`` as root. The decision, either way, is kept.
+    """
     _prctl()
 
 
+_UNDECIDED = object()
+_prctl_module = _UNDECIDED
+
+
 def _prctl():
-    try:
-        import prctl  # lazily: only privileged children need it
-    except ImportError:
-        return None
-    return prctl
+    global _prctl_module
+    if _prctl_module is _UNDECIDED:
+        try:
+            import prctl  # lazily: only privileged children need it
+        except Exception:  # noqa: BLE001 - an extension built for another Python raises more than ImportError
+            prctl = None
+        _prctl_module = prctl
+    return _prctl_module
 
 
 #: Capability names by number (linux/capability.h), without the CAP_ prefix.

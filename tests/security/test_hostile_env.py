@@ -1,0 +1,241 @@
+"""Images whose environment tries to take over nvct's hooks, through the real runtimes.
+
+CVE-2025-23266 class: a hook without ``env`` runs with its runtime's environment,
+and runc gives a createContainer hook the *container's*, cwd its rootfs. The image
+sets the loader's and Python's variables (``LD_PRELOAD`` relative, through
+``/proc/self/cwd`` and absolute, ``LD_AUDIT``, ``LD_LIBRARY_PATH``, ``GCONV_PATH``,
+``PYTHONPATH``, ``PYTHONSTARTUP``, ``PYTHONHOME``, ``PYTHONINSPECT``) and ships a
+library (constructor, audit and gconv entry points) and Python modules that write
+a marker, naming their process, into a host directory that does not exist in the
+container. The container's own processes load them too and find no such directory;
+any marker there was written by a process with the host in view: a hook.
+
+Every case runs through nvct's shim under runc and crun in legacy, jit-cdi and cdi
+mode (a spec from ``nvct cdi generate``), and under podman with the hooks.d hook.
+Each must start with its GPU, leave no marker and nothing mounted. A stale spec
+whose nvct hook lacks env is sealed by the shim; the hook's own check refuses an
+environment the seal let through, with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.cdi.e2e import generate_spec_text
+from tests.e2e.conftest import NVCT, PATH_ENV, SHIM, gpu_runtimes, node_config  # noqa: F401
+from tests.support.bundle import make_bundle
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root, need_rootfs_tools
+from tests.support.image import ImageSpec, build_image_tar
+from tests.support.podman import Podman
+from tests.support.rootfs import make_rootfs
+from tests.support.runtimes import CRUN, RUNC, run_container
+
+pytestmark = pytest.mark.containers
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HOOK = os.path.join(os.path.dirname(SHIM), "nvidia-container-runtime-hook")
+PY = "python3.11"
+
+EVIL_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static void mark(const char *how) {
+    char exe[512] = "?", ns[64] = "?", path[800], line[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) exe[n] = 0;
+    n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    if (n > 0) ns[n] = 0;
+    snprintf(path, sizeof path, "%s/%s.%d", MARK, how, (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return;
+    int len = snprintf(line, sizeof line, "%s: pid %d exe %s pidns %s\n", how, (int)getpid(), exe, ns);
+    if (write(fd, line, len) < 0) {}
+    close(fd);
+}
+
+__attribute__((constructor)) static void loaded(void) { mark("constructor"); }
+unsigned int la_version(unsigned int version) { mark("audit"); return version; }
+int gconv_init(void *step) { mark("gconv"); return 0; }
+int gconv(void *a, void *b, void *c, void *d, int e, int f) { return 0; }
+"""
+
+EVIL_PY = """
+import os
+try:
+    with open("%(mark)s/python-%(how)s.%%d" %% os.getpid(), "w") as f:
+        f.write("python-%(how)s: pid %%d exe %%s pidns %%s\\n" %% (
+            os.getpid(), os.readlink("/proc/self/exe"), os.readlink("/proc/self/ns/pid")))
+except OSError:
+    pass
+"""
+
+#: case id -> the image's environment. Relative and /proc/self/cwd paths reach the image
+#: from a hook whose cwd is the rootfs (runc's createContainer); absolute ones the host's.
+CASES = {
+    "ld-preload-relative": ["LD_PRELOAD=./evil.so"],
+    "ld-preload-cwd": ["LD_PRELOAD=/proc/self/cwd/evil.so"],
+    "ld-preload-absolute": ["LD_PRELOAD=/usr/lib/evil.so"],
+    "ld-audit": ["LD_AUDIT=/proc/self/cwd/evil.so"],
+    "ld-library-path": ["LD_LIBRARY_PATH=/proc/self/cwd/evil-libs:evil-libs"],
+    "gconv-path": ["GCONV_PATH=/proc/self/cwd/gconv", "LANG=EVIL"],
+    "pythonpath": ["PYTHONPATH=/proc/self/cwd/pymods:pymods"],
+    "pythonstartup": ["PYTHONSTARTUP=/proc/self/cwd/startup.py", "PYTHONINSPECT=1"],
+    "pythonhome": ["PYTHONHOME=/proc/self/cwd/pyhome"],
+    "pythoninspect": ["PYTHONINSPECT=1"],
+}
+GPU_CHECK = "test -c /dev/nvidia0 && dlopen-probe libcuda.so.1 >/dev/null && echo gpu-ok"
+
+
+@pytest.fixture(scope="session")
+def kit(tmp_path_factory):
+    """(marker dir on the host, a tree of the hostile files to copy into an image's root)."""
+    need_root()
+    need_rootfs_tools()
+    need_binaries("/usr/bin/gcc")
+    base = tmp_path_factory.mktemp("hostile")
+    mark = base / "host-markers"
+    mark.mkdir()
+    tree = base / "tree"
+    src = base / "evil.c"
+    src.write_text(EVIL_C)
+    lib = tree / "usr/lib/evil.so"
+    lib.parent.mkdir(parents=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O", f'-DMARK="{mark}"', "-o", str(lib), str(src)],
+                   check=True, capture_output=True)
+    for copy in ("evil.so", "evil-libs/libz.so.1", "evil-libs/libexpat.so.1", "gconv/EVIL.so"):
+        (tree / copy).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(lib, tree / copy)
+    (tree / "gconv/gconv-modules").write_text("module EVIL// INTERNAL EVIL 1\nmodule INTERNAL EVIL// EVIL 1\n")
+    for path, how in (("pymods/sitecustomize.py", "path"), ("pymods/nvct/__init__.py", "path"),
+                      ("startup.py", "startup"), (f"pyhome/lib/{PY}/encodings/__init__.py", "home"),
+                      (f"pyhome/lib/{PY}/site.py", "home")):
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_text(EVIL_PY % {"mark": mark, "how": how})
+    return mark, tree
+
+
+def _plant(tree, rootfs) -> None:
+    shutil.copytree(tree, rootfs, symlinks=True, dirs_exist_ok=True)
+
+
+def _assert_sealed(result, kit, rootfs) -> None:
+    """Ran with its GPU, no marker on the host, nothing of the container left mounted."""
+    mark, _ = kit
+    markers = {p.name: p.read_text() for p in mark.iterdir()}
+    for p in mark.iterdir():
+        p.unlink()
+    assert not markers, f"written outside the container: {markers}"
+    assert result.rc == 0 and "gpu-ok" in result.stdout, result.describe()
+    with open("/proc/self/mountinfo") as f:
+        left = [line for line in f if str(rootfs) in line]
+    assert not left, left
+
+
+@pytest.fixture(scope="module")
+def cdi_spec_dir(tmp_path_factory, sim_node):
+    spec_dir = tmp_path_factory.mktemp("cdi")
+    (spec_dir / "nvidia.yaml").write_text(generate_spec_text({"nvct": NVCT}, sim_node))
+    return spec_dir
+
+
+def _config(tmp_path, sim_node, mode, runtime, spec_dir) -> str:
+    extra = f'\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir}"]\n' if mode == "cdi" else ""
+    return node_config(tmp_path, sim_node, mode=mode, runtime=runtime, extra=extra)
+
+
+def _run(tmp_path, sim_node, kit, *, mode, runtime, env, spec_dir):
+    rootfs = make_rootfs(tmp_path)
+    _plant(kit[1], rootfs)
+    request = "NVIDIA_VISIBLE_DEVICES=" + ("nvidia.com/gpu=0" if mode == "cdi" else "0")
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", GPU_CHECK], [PATH_ENV, request, *env])
+    config = _config(tmp_path, sim_node, mode, runtime, spec_dir)
+    result = run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config,
+                                                "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+                           log_file=str(tmp_path / "log.json"), timeout=60)
+    return result, rootfs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi", "cdi"])
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_the_image_env_never_reaches_a_hook(tmp_path, sim_node, kit, cdi_spec_dir, gpu_runtimes,
+                                            runtime, mode, case):
+    result, rootfs = _run(tmp_path, sim_node, kit, mode=mode, runtime=runtime, env=CASES[case],
+                          spec_dir=cdi_spec_dir)
+    _assert_sealed(result, kit, rootfs)
+
+
+def _unseal(spec_dir, to):
+    """A copy of the generated spec as older versions wrote it: hooks without env."""
+    import yaml
+
+    raw = yaml.safe_load((spec_dir / "nvidia.yaml").read_text())
+    for hook in raw["containerEdits"]["hooks"]:
+        hook.pop("env", None)
+    to.mkdir()
+    (to / "nvidia.yaml").write_text(yaml.safe_dump(raw))
+    return to
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_a_stale_spec_without_hook_env_is_sealed_by_the_shim(tmp_path, sim_node, kit, cdi_spec_dir,
+                                                             gpu_runtimes, runtime):
+    stale = _unseal(cdi_spec_dir, tmp_path / "stale")
+    result, rootfs = _run(tmp_path, sim_node, kit, mode="cdi", runtime=runtime,
+                          env=CASES["ld-preload-cwd"] + CASES["pythonpath"], spec_dir=stale)
+    _assert_sealed(result, kit, rootfs)
+    assert "has no env (an nvct bug, or a spec from an older version)" in (tmp_path / "nvct.log").read_text()
+
+
+def test_the_hook_refuses_an_env_the_seal_let_through(tmp_path, sim_node, kit, gpu_runtimes):
+    """A hand-made createContainer hook without env under runc: the container's PYTHONPATH
+    reaches ``nvct hook``, which stops with one line (and imports nothing from there)."""
+    rootfs = make_rootfs(tmp_path)
+    _plant(kit[1], rootfs)
+    hook = {"path": NVCT, "args": ["nvct", "hook", "chain", "disable-device-node-modification"]}
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], [PATH_ENV, *CASES["pythonpath"]],
+                         hooks={"createContainer": [hook]})
+    result = run_container([RUNC], bundle, timeout=60)
+    assert result.rc != 0
+    refusal = [line for line in result.stderr.splitlines() if "nvct: refusing to run:" in line]
+    assert len(refusal) == 1 and "PYTHONPATH is set in the hook's environment" in refusal[0], result.describe()
+    assert not list(kit[0].iterdir())
+
+
+@pytest.fixture(scope="module", params=["runc", "crun"])
+def hostile_podman(request, tmp_path_factory, sim_node, kit):
+    """Podman with the packaged hooks.d hook (pointed at our hook and the node's config) and
+    an image carrying the hostile files."""
+    need_binaries("/usr/bin/podman", RUNC, CRUN)
+    hooks = tmp_path_factory.mktemp("hooks.d")
+    with open(os.path.join(REPO, "hooks", "oci-nvidia-hook.json")) as f:
+        entry = json.load(f)
+    entry["hook"]["path"] = HOOK
+    entry["hook"]["env"].append(f"NVIDIA_CTK_CONFIG_FILE_PATH={sim_node['config']}")
+    (hooks / "oci-nvidia-hook.json").write_text(json.dumps(entry))
+    image_dir = tmp_path_factory.mktemp("hostile-image")
+    rootfs = make_rootfs(image_dir)
+    _plant(kit[1], rootfs)
+    image = ImageSpec()
+    build_image_tar(rootfs, image_dir / "image.tar", image.name, image.tag)
+    with Podman(runtime={"runc": RUNC, "crun": CRUN}[request.param], hooks_dirs=[str(hooks)]) as podman:
+        podman.load(image_dir / "image.tar")
+        yield podman
+
+
+def test_podman_hooks_d_hook_never_sees_the_image_env(hostile_podman, kit):
+    env = [e for case in sorted(CASES) if case != "pythonhome" for e in CASES[case]
+           if not e.startswith(("LD_PRELOAD=", "LANG="))]
+    for extra in (["LD_PRELOAD=./evil.so:/proc/self/cwd/evil.so:/usr/lib/evil.so"], ["PYTHONHOME=/proc/self/cwd/pyhome"]):
+        args = ["--rm", "-e", "NVIDIA_VISIBLE_DEVICES=0"]
+        for e in env + extra:
+            args += ["-e", e]
+        result = hostile_podman.run(args + [BUSYBOX_IMAGE_QUALIFIED, "sh", "-c", GPU_CHECK])
+        _assert_sealed(result, kit, hostile_podman.data_root)
