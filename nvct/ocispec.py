@@ -64,6 +64,8 @@ _SHAPE: tuple[tuple[str, type | tuple[type, ...], type | tuple[type, ...] | None
     ("process.capabilities", (dict, list), None),
     ("process.capabilities.bounding", list, str),
     ("process.user", dict, None),
+    ("process.user.uid", int, None),
+    ("process.user.gid", int, None),
     ("root", dict, None),
     ("root.path", str, None),
     ("mounts", list, dict),
@@ -74,7 +76,7 @@ _SHAPE: tuple[tuple[str, type | tuple[type, ...], type | tuple[type, ...] | None
     ("linux.resources", dict, None),
     ("linux.resources.devices", list, dict),
 )
-_JSON_NAMES = {dict: "an object", list: "an array", str: "a string"}
+_JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "a number"}
 _PLURAL = {dict: "objects", list: "arrays", str: "strings"}
 
 

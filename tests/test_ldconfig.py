@@ -229,3 +229,47 @@ def test_setup_failure_in_the_child_is_reported(image, built, monkeypatch):
     monkeypatch.setattr(ldconfig, "_KEEP_CAPS", {"no_such_cap"})
     with pytest.raises(ContainerError, match="ldconfig in container root .*: unknown capab"):
         update_ldcache(str(image), [], ldconfig=f"@{built['probe']}")
+
+
+@pytest.mark.parametrize("name, pattern, expected", [
+    ("a.conf", "*.conf", True), ("a.con", "*.conf", False), ("x", "*", True), ("ab", "a?", True),
+    ("aXbYc", "a*b*c", True), ("abd", "a*c", False), ("b.conf", "[ab].conf", True),
+])
+def test_glob_match_without_re(name, pattern, expected):
+    assert ldconfig._match(name, pattern) is expected
+
+
+def _conf_root(tmp_path, files: dict):
+    from nvct.rootfs import Rootfs
+
+    for path, text in files.items():
+        full = tmp_path / path.lstrip("/")
+        full.parent.mkdir(parents=True, exist_ok=True)
+        if text is None:
+            os.mkfifo(full)
+        else:
+            full.write_text(text)
+    return Rootfs(tmp_path)
+
+
+def test_conf_check_follows_includes_like_ldconfig(tmp_path):
+    with _conf_root(tmp_path, {"/etc/ld.so.conf": "include ld.so.conf.d/*.conf\n",
+                               "/etc/ld.so.conf.d/a.conf": "/opt/a\n# include /nowhere\n",
+                               "/etc/ld.so.conf.d/b.conf": "include /etc/extra/*.conf\n"}) as root:
+        ldconfig.check_conf(root)
+
+
+@pytest.mark.parametrize("files, line", [
+    ({"/etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n", "/etc/ld.so.conf.d/fifo.conf": None},
+     "not a regular file"),
+    ({"/etc/ld.so.conf": None}, "not a regular file"),
+    ({"/etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n",
+      "/etc/ld.so.conf.d/loop.conf": "include /etc/ld.so.conf\n"}, "includes itself"),
+    ({"/etc/ld.so.conf": "include\t/etc/ld.so.conf\n"}, "includes itself"),
+])
+def test_conf_check_refuses_what_would_hang_ldconfig(tmp_path, files, line):
+    start = time.monotonic()
+    with _conf_root(tmp_path, files) as root:
+        with pytest.raises(ContainerError, match=line):
+            ldconfig.check_conf(root)
+    assert time.monotonic() - start < 1

@@ -62,3 +62,24 @@ def test_rootfs_relative_to_bundle():
     assert ocispec.rootfs({"root": {"path": "/abs/r"}}, "/b") == "/abs/r"
     with pytest.raises(SpecError, match="root.path is missing"):
         ocispec.rootfs({}, "/b")
+
+
+@pytest.mark.parametrize("spec, line", [
+    ({"process": {"env": "A=b"}}, "process.env must be an array, not a string"),
+    ({"process": {"env": ["A=b", 1]}}, "process.env must hold only strings, not a number"),
+    ({"annotations": ["x"]}, "annotations must be an object, not an array"),
+    ({"annotations": {"a": 1}}, "annotations must hold only strings, not a number"),
+    ({"mounts": [{"destination": 3}]}, "mounts[0].destination must be a string, not a number"),
+    ({"mounts": [{"options": "ro"}]}, "mounts[0].options must be an array of strings"),
+    ({"process": {"user": {"uid": "0"}}}, "process.user.uid must be a number, not a string"),
+    ({"root": {"path": None}}, None),
+    ({"process": {"env": ["A=b"]}, "mounts": [], "linux": {"devices": []}}, None),
+])
+def test_shape_problem_names_the_field(spec, line):
+    assert ocispec.shape_problem(spec) == line
+
+
+def test_load_refuses_a_wrongly_typed_field(tmp_path):
+    (tmp_path / "config.json").write_text('{"process": {"env": {"A": "b"}}}')
+    with pytest.raises(SpecError, match="config.json: process.env must be an array, not an object"):
+        ocispec.load(str(tmp_path))

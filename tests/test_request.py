@@ -169,3 +169,55 @@ def test_might_request_gpu_never_misses_a_request(raw, maybe):
     from nvct.request import might_request_gpu
 
     assert might_request_gpu(raw, Config()) is maybe
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "0:\u0661", "GPU-\u0663"])
+def test_non_ascii_ids_are_refused(value):
+    with pytest.raises(RequestError, match="NVIDIA_VISIBLE_DEVICES: invalid value"):
+        req({"NVIDIA_VISIBLE_DEVICES": value})
+
+
+def test_imex_channels_are_ascii_numbers():
+    with pytest.raises(RequestError, match="NVIDIA_IMEX_CHANNELS: invalid value"):
+        req({"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_IMEX_CHANNELS": "\u0663"})
+    with pytest.raises(RequestError, match="invalid channel '99999999'"):
+        req({"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_IMEX_CHANNELS": "99999999"})
+
+
+def _imex_mount(name):
+    return {"source": "/dev/null", "destination": f"/var/run/nvidia-container-devices/imex/{name}"}
+
+
+def test_imex_channels_from_volume_mounts_are_validated():
+    config = Config({"accept-nvidia-visible-devices-as-volume-mounts": True})
+    ok = from_env({"NVIDIA_VISIBLE_DEVICES": "0"}, config, mounts=[_imex_mount("1")])
+    assert ok.imex_channels == ("1",)
+    with pytest.raises(RequestError, match="IMEX channel volume mount: invalid channel"):
+        from_env({"NVIDIA_VISIBLE_DEVICES": "0"}, config, mounts=[_imex_mount("x")])
+
+
+@pytest.mark.parametrize("name", ["management.nvidia.com/gpu=all", "acme.com/dir=host"])
+def test_unprivileged_env_and_annotations_name_nvidia_gpus_only(name):
+    for kw in ({}, {"annotations": {"cdi.k8s.io/x": name}}):
+        env = {} if kw else {"NVIDIA_VISIBLE_DEVICES": name}
+        with pytest.raises(RequestError, match="CAP_SYS_ADMIN"):
+            req(env, **kw)
+        assert req(env, privileged=True, **kw).devices == (name,)
+
+
+def test_nvidia_kinds_and_volume_mounts_of_other_vendors_are_fine():
+    assert req({"NVIDIA_VISIBLE_DEVICES": "k8s.device-plugin.nvidia.com/gpu=0"}).devices
+    config = Config({"accept-nvidia-visible-devices-as-volume-mounts": True})
+    mount = {"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/cdi/acme.com/nic/n0"}
+    assert from_env({}, config, mounts=[mount]).devices == ("acme.com/nic=n0",)
+    with pytest.raises(RequestError, match="privileged containers only"):
+        mount["destination"] = "/var/run/nvidia-container-devices/cdi/management.nvidia.com/gpu/all"
+        from_env({}, config, mounts=[mount])
+
+
+def test_annotations_are_ignored_like_the_env_when_locked_down():
+    config = Config({"accept-nvidia-visible-devices-envvar-when-unprivileged": False})
+    annotations = {"cdi.k8s.io/x": "nvidia.com/gpu=0"}
+    assert from_env({}, config, annotations=annotations).devices is None
+    assert from_env({}, config, annotations=annotations, privileged=True).devices == ("nvidia.com/gpu=0",)
+    assert from_env({}, Config(), annotations=annotations).devices == ("nvidia.com/gpu=0",)

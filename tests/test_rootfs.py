@@ -462,3 +462,95 @@ def test_procfs_is_read_and_mounted_over_only_where_named(resolver, root_dir):
 def test_a_root_opened_in_another_mount_namespace_is_refused(root):
     with pytest.raises(ContainerError, match="opened in another mount namespace"):
         in_private_mount_namespace(root.makedirs, "/x")
+
+
+# -- mount boundaries ---------------------------------------------------
+
+
+@needs_root
+def test_nothing_is_created_through_a_symlink_onto_another_mount(resolver, root_dir, tmp_path):
+    """An image link into a bind mount of a host directory (the MPS dir) is never written through."""
+    host = tmp_path / "host-mps"
+    host.mkdir()
+    (root_dir / "tmp" / "nvidia-mps").mkdir(parents=True)
+    (root_dir / "usr" / "lib").mkdir(parents=True)
+    os.symlink("/tmp/nvidia-mps", root_dir / "usr" / "lib" / "x86_64-linux-gnu")
+
+    def work():
+        rootfs.mount(str(host), str(root_dir / "tmp" / "nvidia-mps"), None, rootfs.MS_BIND)
+        out = []
+        with Rootfs(root_dir) as root:
+            for op in (lambda r: r.symlink("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so"),
+                       lambda r: r.write_file("/usr/lib/x86_64-linux-gnu/x.conf", b"x"),
+                       lambda r: r.makedirs("/usr/lib/x86_64-linux-gnu/vdpau"),
+                       lambda r: r.bind_mount("/dev/null", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+                       lambda r: r.mknod("/usr/lib/x86_64-linux-gnu/nvidia0", "c", 1, 3)):
+                try:
+                    op(root)
+                    out.append("ok")
+                except ContainerError as e:
+                    out.append(str(e))
+            # Named literally, the mount point itself is a fine place to write.
+            root.write_file("/tmp/nvidia-mps/named", b"x")
+            out.append(sorted(os.listdir(host)))
+        return out
+
+    results = in_private_mount_namespace(work)
+    assert all("through a symlink onto another mount" in r for r in results[:-1]), results
+    assert results[-1] == ["named"]
+    os.unlink(host / "named")
+    assert os.listdir(host) == []
+
+
+@needs_root
+def test_check_same_mount_for_ldconfig_folders(resolver, root_dir, tmp_path):
+    host = tmp_path / "vol"
+    host.mkdir()
+    (root_dir / "data").mkdir()
+    (root_dir / "lib").mkdir()
+    os.symlink("/data", root_dir / "libs")
+
+    def work():
+        rootfs.mount(str(host), str(root_dir / "data"), None, rootfs.MS_BIND)
+        with Rootfs(root_dir) as root:
+            root.check_same_mount("/lib")
+            root.check_same_mount("/data")
+            try:
+                root.check_same_mount("/libs")
+            except ContainerError as e:
+                return str(e)
+        return "not refused"
+
+    assert "onto another mount (/data)" in in_private_mount_namespace(work)
+
+
+def test_mount_id_differs_across_mounts(tmp_path):
+    fd = os.open("/", os.O_PATH)
+    proc = os.open("/proc", os.O_PATH)
+    try:
+        assert rootfs.mount_id(fd) != rootfs.mount_id(proc)
+    finally:
+        os.close(fd)
+        os.close(proc)
+
+
+@needs_root
+def test_concurrent_makedirs_of_one_directory(root, root_dir):
+    """Another start creating the directory between our look and our mkdir is fine."""
+    import threading
+
+    errors = []
+
+    def make(i):
+        try:
+            with Rootfs(root_dir) as r:
+                r.makedirs(f"/etc/ld.so.conf.d/sub{i % 2}")
+        except ContainerError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=make, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

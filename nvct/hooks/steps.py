@@ -187,14 +187,14 @@ def _compat_major(name: str) -> int | None:
     if not name.startswith("libcuda.so."):
         return None
     parts = name[len("libcuda.so."):].split(".")
-    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+    if len(parts) not in (2, 3) or not all(p.isascii() and p.isdigit() for p in parts):
         return None
     return int(parts[0])
 
 
 def _major(version: str) -> int | None:
     head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
+    return int(head) if head.isascii() and head.isdigit() else None
 
 
 STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
