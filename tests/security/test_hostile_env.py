@@ -26,10 +26,10 @@ import subprocess
 
 import pytest
 
-from tests.cdi.e2e import generate_spec_text
-from tests.e2e.conftest import NVCT, PATH_ENV, SHIM, gpu_runtimes, node_config  # noqa: F401
 from tests.support.bundle import make_bundle
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root, need_rootfs_tools
+from tests.support.gpu_runs import (MODES, NVCT, PATH_ENV, SHIM, mounts_under, need_runtime, node_config,
+                                    run_gpu, spec_dir)
 from tests.support.image import ImageSpec, build_image_tar
 from tests.support.podman import Podman
 from tests.support.rootfs import make_rootfs
@@ -125,80 +125,66 @@ def _plant(tree, rootfs) -> None:
     shutil.copytree(tree, rootfs, symlinks=True, dirs_exist_ok=True)
 
 
-def _assert_sealed(result, kit, rootfs) -> None:
-    """Ran with its GPU, no marker on the host, nothing of the container left mounted."""
+def _assert_sealed(result, kit, under) -> None:
+    """Ran with its GPU, no marker on the host, nothing left mounted under ``under``."""
     mark, _ = kit
     markers = {p.name: p.read_text() for p in mark.iterdir()}
     for p in mark.iterdir():
         p.unlink()
     assert not markers, f"written outside the container: {markers}"
     assert result.rc == 0 and "gpu-ok" in result.stdout, result.describe()
-    with open("/proc/self/mountinfo") as f:
-        left = [line for line in f if str(rootfs) in line]
-    assert not left, left
+    assert not mounts_under(str(under))
 
 
-@pytest.fixture(scope="module")
-def cdi_spec_dir(tmp_path_factory, sim_node):
-    spec_dir = tmp_path_factory.mktemp("cdi")
-    (spec_dir / "nvidia.yaml").write_text(generate_spec_text({"nvct": NVCT}, sim_node))
-    return spec_dir
-
-
-def _config(tmp_path, sim_node, mode, runtime, spec_dir) -> str:
-    extra = f'\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir}"]\n' if mode == "cdi" else ""
-    return node_config(tmp_path, sim_node, mode=mode, runtime=runtime, extra=extra)
-
-
-def _run(tmp_path, sim_node, kit, *, mode, runtime, env, spec_dir):
+def _hostile_rootfs(tmp_path, kit) -> str:
     rootfs = make_rootfs(tmp_path)
     _plant(kit[1], rootfs)
-    request = "NVIDIA_VISIBLE_DEVICES=" + ("nvidia.com/gpu=0" if mode == "cdi" else "0")
-    bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", GPU_CHECK], [PATH_ENV, request, *env])
-    config = _config(tmp_path, sim_node, mode, runtime, spec_dir)
-    result = run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config,
-                                                "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
-                           log_file=str(tmp_path / "log.json"), timeout=60)
-    return result, rootfs
+    return rootfs
+
+
+def _request(mode: str) -> str:
+    return "NVIDIA_VISIBLE_DEVICES=" + ("nvidia.com/gpu=0" if mode == "cdi" else "0")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("mode", ["legacy", "jit-cdi", "cdi"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
-def test_the_image_env_never_reaches_a_hook(tmp_path, sim_node, kit, cdi_spec_dir, gpu_runtimes,
-                                            runtime, mode, case):
-    result, rootfs = _run(tmp_path, sim_node, kit, mode=mode, runtime=runtime, env=CASES[case],
-                          spec_dir=cdi_spec_dir)
-    _assert_sealed(result, kit, rootfs)
+def test_the_image_env_never_reaches_a_hook(tmp_path, sim_node, kit, runtime, mode, case):
+    need_runtime(runtime)
+    rootfs = _hostile_rootfs(tmp_path, kit)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime,
+                     env=[_request(mode), *CASES[case]], command=GPU_CHECK)
+    _assert_sealed(result, kit, tmp_path)
 
 
-def _unseal(spec_dir, to):
-    """A copy of the generated spec as older versions wrote it: hooks without env."""
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_a_stale_spec_without_hook_env_is_sealed_by_the_shim(tmp_path, sim_node, kit, runtime):
+    """The generated spec as older versions wrote it (hooks without env): the shim seals nvct's hook."""
     import yaml
 
-    raw = yaml.safe_load((spec_dir / "nvidia.yaml").read_text())
+    need_runtime(runtime)
+    config = node_config(tmp_path, sim_node, mode="cdi", runtime=runtime)
+    spec = os.path.join(spec_dir(tmp_path), "nvidia.yaml")
+    with open(spec) as f:
+        raw = yaml.safe_load(f)
     for hook in raw["containerEdits"]["hooks"]:
-        hook.pop("env", None)
-    to.mkdir()
-    (to / "nvidia.yaml").write_text(yaml.safe_dump(raw))
-    return to
-
-
-@pytest.mark.parametrize("runtime", ["runc", "crun"])
-def test_a_stale_spec_without_hook_env_is_sealed_by_the_shim(tmp_path, sim_node, kit, cdi_spec_dir,
-                                                             gpu_runtimes, runtime):
-    stale = _unseal(cdi_spec_dir, tmp_path / "stale")
-    result, rootfs = _run(tmp_path, sim_node, kit, mode="cdi", runtime=runtime,
-                          env=CASES["ld-preload-cwd"] + CASES["pythonpath"], spec_dir=stale)
-    _assert_sealed(result, kit, rootfs)
+        del hook["env"]
+    with open(spec, "w") as f:
+        yaml.safe_dump(raw, f)
+    rootfs = _hostile_rootfs(tmp_path, kit)
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", GPU_CHECK],
+                         [PATH_ENV, _request("cdi"), *CASES["ld-preload-cwd"], *CASES["pythonpath"]])
+    result = run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config,
+                                                "PATH": os.environ.get("PATH", "/usr/bin:/bin")}, timeout=60)
+    _assert_sealed(result, kit, tmp_path)
     assert "has no env (an nvct bug, or a spec from an older version)" in (tmp_path / "nvct.log").read_text()
 
 
-def test_the_hook_refuses_an_env_the_seal_let_through(tmp_path, sim_node, kit, gpu_runtimes):
+def test_the_hook_refuses_an_env_the_seal_let_through(tmp_path, kit):
     """A hand-made createContainer hook without env under runc: the container's PYTHONPATH
     reaches ``nvct hook``, which stops with one line (and imports nothing from there)."""
-    rootfs = make_rootfs(tmp_path)
-    _plant(kit[1], rootfs)
+    need_runtime("runc")
+    rootfs = _hostile_rootfs(tmp_path, kit)
     hook = {"path": NVCT, "args": ["nvct", "hook", "chain", "disable-device-node-modification"]}
     bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], [PATH_ENV, *CASES["pythonpath"]],
                          hooks={"createContainer": [hook]})
@@ -213,7 +199,8 @@ def test_the_hook_refuses_an_env_the_seal_let_through(tmp_path, sim_node, kit, g
 def hostile_podman(request, tmp_path_factory, sim_node, kit):
     """Podman with the packaged hooks.d hook (pointed at our hook and the node's config) and
     an image carrying the hostile files."""
-    need_binaries("/usr/bin/podman", RUNC, CRUN)
+    need_runtime(request.param)
+    need_binaries("/usr/bin/podman")
     hooks = tmp_path_factory.mktemp("hooks.d")
     with open(os.path.join(REPO, "hooks", "oci-nvidia-hook.json")) as f:
         entry = json.load(f)
@@ -221,8 +208,7 @@ def hostile_podman(request, tmp_path_factory, sim_node, kit):
     entry["hook"]["env"].append(f"NVIDIA_CTK_CONFIG_FILE_PATH={sim_node['config']}")
     (hooks / "oci-nvidia-hook.json").write_text(json.dumps(entry))
     image_dir = tmp_path_factory.mktemp("hostile-image")
-    rootfs = make_rootfs(image_dir)
-    _plant(kit[1], rootfs)
+    rootfs = _hostile_rootfs(image_dir, kit)
     image = ImageSpec()
     build_image_tar(rootfs, image_dir / "image.tar", image.name, image.tag)
     with Podman(runtime={"runc": RUNC, "crun": CRUN}[request.param], hooks_dirs=[str(hooks)]) as podman:
