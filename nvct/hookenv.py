@@ -28,7 +28,7 @@ _PRESTART = ("nvidia-container-runtime-hook", "nvidia-container-cli")
 
 def is_hook(program: str, argv: list[str]) -> bool:
     """Whether this start of ``program`` runs as a container's hook."""
-    if program == "nvct":
+    if program in ("nvct", "nvidia-ctk"):
         return argv[1:2] == ["hook"]
     if program == "nvidia-container-cli":
         return "configure" in argv[1:]
