@@ -14,7 +14,6 @@ cached, so a container that needs only ``utility`` never reads the rest.
 from __future__ import annotations
 
 import functools
-import glob
 import os
 import stat
 
@@ -237,6 +236,8 @@ class Driver:
 
     def glob_nodes(self, *patterns: str) -> list[Node]:
         """Existing character devices matching ``patterns`` under the device root (gated features)."""
+        import glob  # imports re: only for gated features and graphics
+
         out = []
         for pattern in patterns:
             for host in sorted(glob.glob(self.dev_host_path(pattern))):

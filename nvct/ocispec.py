@@ -40,13 +40,13 @@ def read_raw(bundle: str) -> bytes:
 
 def load(bundle: str, raw: bytes | None = None) -> dict[str, Any]:
     """The spec as a JSON mapping (``raw``: its bytes, when already read)."""
-    import json
+    from nvct import jsoncodec
 
     path = config_path(bundle)
     if raw is None:
         raw = read_raw(bundle)
     try:
-        spec = json.loads(raw)
+        spec = jsoncodec.loads(raw)
     except ValueError as e:
         raise SpecError(f"{path}: cannot read OCI spec: {e}") from None
     if not isinstance(spec, dict):
@@ -129,11 +129,10 @@ def _json_type(value: Any) -> str:
 
 
 def save(bundle: str, spec: dict[str, Any]) -> None:
-    import json
-
+    from nvct import jsoncodec
     from nvct.fileutil import write_atomic
 
-    write_atomic(config_path(bundle), json.dumps(spec, separators=(",", ":")), durable=False)
+    write_atomic(config_path(bundle), jsoncodec.dumps(spec, compact=True), durable=False)
 
 
 def rootfs(spec: dict[str, Any], bundle: str) -> str:

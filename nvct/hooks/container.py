@@ -25,10 +25,10 @@ class HookContext:
 
 
 def read_state(stream: IO[str]) -> dict[str, Any]:
-    import json
+    from nvct import jsoncodec
 
     try:
-        state = json.loads(stream.read() or "null")
+        state = jsoncodec.loads(stream.read() or "null")
     except ValueError as e:
         raise SpecError(f"OCI state on stdin is not JSON: {e}") from None
     if not isinstance(state, dict):
