@@ -13,6 +13,7 @@ from typing import Iterator
 import pytest
 
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
+from tests.security.test_isolated_start import assert_hooks_start_isolated
 from tests.support.bundle import make_bundle, read_config
 from tests.support.proc import SYSTEM_PATH, run
 from tests.support.image import ImageSpec, build_image_tar
@@ -126,10 +127,9 @@ def test_deb_programs_run_debians_python3(deb):
     for program in PROGRAMS:
         text = (deb.unpacked / "usr/bin" / program).read_text()
         first = text.splitlines()[0]
-        if program == "nvidia-container-runtime":  # a sh front that starts Debian's python3 for create/run
-            assert first == "#!/bin/sh" and 'python=/usr/bin/python3' in text, f"/usr/bin/{program}"
-        else:
-            assert first == "#!/usr/bin/python3", f"/usr/bin/{program}: {first}"
+        # sh fronts that start Debian's python3 with -I (a line no packager's shebang rewrite drops)
+        assert first == "#!/bin/sh" and "python=/usr/bin/python3" in text, f"/usr/bin/{program}"
+        assert '"$python" -I' in text, f"/usr/bin/{program}"
 
 
 @needs_build_tools
@@ -283,6 +283,8 @@ def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path)
         assert imported == f"{SITE}/nvct/__init__.py"
         assert run(["/usr/bin/nvct", "--version"], env=BUILD_ENV).check().stdout.split()[-1] == \
             project_version()
+        (tmp_path / "isolated").mkdir()
+        assert_hooks_start_isolated("/usr/bin", tmp_path / "isolated")  # no PYTHONHOME/PYTHONPATH takeover
         # Normalization left the untouched conffile byte-for-byte as shipped.
         assert Path(CONFFILE).read_bytes() == (REPO / "config/config.toml").read_bytes()
 
