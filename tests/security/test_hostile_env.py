@@ -10,8 +10,9 @@ a marker, naming their process, into a host directory that does not exist in the
 container. The container's own processes load them too and find no such directory;
 any marker there was written by a process with the host in view: a hook.
 
-Every case runs through nvct's shim under runc and crun in legacy, jit-cdi and cdi
-mode (a spec from ``nvct cdi generate``), and under podman with the hooks.d hook.
+The earlier classes (image directories nvct writes into, symlinked to a host
+directory) run the same way. Every case runs through nvct's shim under runc and crun
+in legacy, jit-cdi and cdi mode (a spec from ``nvct cdi generate``), and under podman with the hooks.d hook.
 Each must start with its GPU, leave no marker and nothing mounted. A stale spec
 whose nvct hook lacks env is sealed by the shim; the hook's own check refuses an
 environment the seal let through, with one line.
@@ -225,3 +226,43 @@ def test_podman_hooks_d_hook_never_sees_the_image_env(hostile_podman, kit):
             args += ["-e", e]
         result = hostile_podman.run(args + [BUSYBOX_IMAGE_QUALIFIED, "sh", "-c", GPU_CHECK])
         _assert_sealed(result, kit, hostile_podman.data_root)
+
+
+#: Earlier classes (CVE-2024-0132 family), now through both runtimes and every mode: an image
+#: directory nvct writes into is a symlink to a host directory (absolute or relative).
+LAYOUT_CASES = {
+    "libdir-absolute": ("/usr/lib/x86_64-linux-gnu", False),
+    "libdir-relative": ("/usr/lib/x86_64-linux-gnu", True),
+    "firmware": ("/lib/firmware/nvidia", False),
+    "ld-so-conf-d": ("/etc/ld.so.conf.d", True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUT_CASES))
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_symlinked_image_dirs_never_reach_the_host(tmp_path, sim_node, runtime, mode, case):
+    from tests.security.conftest import snapshot
+    from tests.support.gpu_runs import refusal
+
+    need_runtime(runtime)
+    host = tmp_path / "host"
+    (host / "keep").mkdir(parents=True)
+    (host / "keep" / "file").write_text("host\n")
+    (host / "libhost.so.1").write_text("host\n")
+    before = snapshot(host)
+    rootfs = make_rootfs(tmp_path)
+    inner, relative = LAYOUT_CASES[case]
+    planted = os.path.join(rootfs, inner.lstrip("/"))
+    if os.path.islink(planted) or os.path.isfile(planted):
+        os.unlink(planted)
+    elif os.path.isdir(planted):
+        shutil.rmtree(planted)
+    os.makedirs(os.path.dirname(planted), exist_ok=True)
+    os.symlink(os.path.relpath(host, os.path.dirname(planted)) if relative else str(host), planted)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime,
+                     env=[_request(mode)], command="true")
+    if not result.ok:
+        refusal(result, tmp_path)  # one clear error, no traceback
+    assert snapshot(host) == before
+    assert not mounts_under(str(tmp_path))
