@@ -7,19 +7,17 @@ both ways are checked from inside real containers.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import pytest
 
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root
-from tests.support.podman import Podman
+from tests.support.podman import Podman, packaged_hooks_dir
 from tests.support.runtimes import CRUN, RUNC
 
 pytestmark = pytest.mark.containers
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-container-runtime-hook")
 
 
@@ -28,13 +26,8 @@ def podman_with_hook(request, tmp_path_factory, sim_node, busybox_image_tar):
     """Podman whose hooks dir holds the packaged hook JSON, pointed at our hook and the node's config."""
     need_root()
     need_binaries("/usr/bin/podman", RUNC, CRUN)
-    hooks = tmp_path_factory.mktemp("hooks.d")
-    with open(os.path.join(REPO, "hooks", "oci-nvidia-hook.json")) as f:
-        entry = json.load(f)
-    entry["hook"]["path"] = HOOK
-    entry["hook"]["env"].append(f"NVIDIA_CTK_CONFIG_FILE_PATH={sim_node['config']}")
-    (hooks / "oci-nvidia-hook.json").write_text(json.dumps(entry))
-    with Podman(runtime={"runc": RUNC, "crun": CRUN}[request.param], hooks_dirs=[str(hooks)]) as podman:
+    hooks = packaged_hooks_dir(tmp_path_factory.mktemp("hooks.d"), HOOK, sim_node["config"])
+    with Podman(runtime={"runc": RUNC, "crun": CRUN}[request.param], hooks_dirs=[hooks]) as podman:
         podman.load(busybox_image_tar)
         yield podman
 

@@ -20,7 +20,6 @@ environment the seal let through, with one line.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -32,13 +31,12 @@ from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_
 from tests.support.gpu_runs import (MODES, NVCT, PATH_ENV, SHIM, mounts_under, need_runtime, node_config,
                                     run_gpu, spec_dir)
 from tests.support.image import ImageSpec, build_image_tar
-from tests.support.podman import Podman
+from tests.support.podman import Podman, packaged_hooks_dir
 from tests.support.rootfs import make_rootfs
 from tests.support.runtimes import CRUN, RUNC, run_container
 
 pytestmark = pytest.mark.containers
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOOK = os.path.join(os.path.dirname(SHIM), "nvidia-container-runtime-hook")
 PY = "python3.11"
 
@@ -202,17 +200,12 @@ def hostile_podman(request, tmp_path_factory, sim_node, kit):
     an image carrying the hostile files."""
     need_runtime(request.param)
     need_binaries("/usr/bin/podman")
-    hooks = tmp_path_factory.mktemp("hooks.d")
-    with open(os.path.join(REPO, "hooks", "oci-nvidia-hook.json")) as f:
-        entry = json.load(f)
-    entry["hook"]["path"] = HOOK
-    entry["hook"]["env"].append(f"NVIDIA_CTK_CONFIG_FILE_PATH={sim_node['config']}")
-    (hooks / "oci-nvidia-hook.json").write_text(json.dumps(entry))
+    hooks = packaged_hooks_dir(tmp_path_factory.mktemp("hooks.d"), HOOK, sim_node["config"])
     image_dir = tmp_path_factory.mktemp("hostile-image")
     rootfs = _hostile_rootfs(image_dir, kit)
     image = ImageSpec()
     build_image_tar(rootfs, image_dir / "image.tar", image.name, image.tag)
-    with Podman(runtime={"runc": RUNC, "crun": CRUN}[request.param], hooks_dirs=[str(hooks)]) as podman:
+    with Podman(runtime={"runc": RUNC, "crun": CRUN}[request.param], hooks_dirs=[hooks]) as podman:
         podman.load(image_dir / "image.tar")
         yield podman
 

@@ -158,3 +158,16 @@ def cdi_spec(spec: Mapping | str, *, directory: str = CDI_DIRS[0],
         if created:
             with contextlib.suppress(OSError):
                 os.rmdir(directory)
+
+
+def packaged_hooks_dir(directory: str | os.PathLike, hook: str, config: str) -> str:
+    """``directory`` holding the repository's hooks/oci-nvidia-hook.json, its path set to
+    ``hook`` and its env given ``NVIDIA_CTK_CONFIG_FILE_PATH=config``: podman's hooks_dir."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(repo, "hooks", "oci-nvidia-hook.json")) as f:
+        entry = json.load(f)
+    entry["hook"]["path"] = hook
+    entry["hook"]["env"].append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config}")
+    with open(os.path.join(directory, "oci-nvidia-hook.json"), "w") as f:
+        json.dump(entry, f)
+    return os.fspath(directory)
