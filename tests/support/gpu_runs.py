@@ -42,7 +42,7 @@ def node_config(tmp_path, node: Mapping, *, mode: str, runtime: str = "runc", ex
     """A config file: the node's three roots, plus the mode and low-level runtime.
 
     In ``cdi`` mode the spec dirs are a private directory holding the node's
-    generated spec. ``top``: top-level keys; ``cli``: keys of
+    generated spec, unless ``extra`` has its own ``modes.cdi`` table. ``top``: top-level keys; ``cli``: keys of
     ``[nvidia-container-cli]``; ``extra``: appended (tables of its own).
     """
     with open(node["config"]) as f:
@@ -54,10 +54,11 @@ def node_config(tmp_path, node: Mapping, *, mode: str, runtime: str = "runc", ex
         f.write(top + "\n" + base)
         f.write(f'\n[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{runtime}"]\n')
         f.write(f'debug = "{tmp_path}/nvct.log"\n')
-        if mode == "cdi":
+        own_specs = mode == "cdi" and "[nvidia-container-runtime.modes.cdi]" not in extra
+        if own_specs:
             f.write(f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir(tmp_path)}"]\n')
         f.write(extra)
-    if mode == "cdi":
+    if own_specs:
         generate_spec(tmp_path, path)  # with this config, as on a node (its ldconfig, ...)
     return path
 
