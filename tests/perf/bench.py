@@ -204,14 +204,53 @@ def dropin_startup_ms(rootfs: str, runs: int) -> dict[str, float]:
         "nvidia_ctk_installer_version": [os.path.join(BIN, "nvidia-ctk-installer"), "--version"],
         "nvidia_container_runtime_hook_version": [os.path.join(BIN, "nvidia-container-runtime-hook"), "--version"],
     }
+    sealed = {"PATH": "/usr/bin:/bin"}  # a hook's env is sealed: no PYTHON* from ours
+    return startup_ms({name: (argv, sealed) for name, argv in cases.items()}, runs, state)
+
+
+def startup_ms(cases: dict[str, tuple[list[str], dict | None]], runs: int, stdin: bytes) -> dict[str, float]:
+    """Median wall time of each program given ``stdin`` (a hook's state), interleaved run by run."""
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(runs):
-        for name, argv in cases.items():
+        for name, (argv, env) in cases.items():
             t = time.perf_counter()
-            subprocess.run(argv, input=state, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                           env={"PATH": "/usr/bin:/bin"})  # a hook's env is sealed: no PYTHON* from ours
+            subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                           check=True)
             times[name].append((time.perf_counter() - t) * 1000)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+#: The toolkit installs benchmarked: name -> ``--python``.
+TOOLKITS = {"toolkit_bundled": "bundled", "toolkit_host_python": "/usr/bin/python3"}
+
+
+def install_toolkits(node: dict, work: str) -> dict[str, str]:
+    """``nvct toolkit install`` for ``node`` (jit-cdi, runc) once per :data:`TOOLKITS`; name -> toolkit dir."""
+    roots = node["roots"]
+    out = {}
+    for name, python in TOOLKITS.items():
+        install_dir = os.path.join(work, name)
+        subprocess.run([os.path.join(BIN, "nvct"), "toolkit", "install", "--toolkit-install-dir", install_dir,
+                        "--no-daemon", "--no-runtime-config", "--host-root", "/", "--python", python,
+                        "--pid-file", os.path.join(work, f"{name}.pid"), "--driver-root", roots["driver_root"],
+                        "--dev-root", roots["dev_root"], "--proc-root", roots["proc_root"],
+                        "--nvidia-container-runtime.mode", "jit-cdi", "--nvidia-container-runtime.runtimes", RUNC],
+                       check=True, stderr=subprocess.DEVNULL)
+        out[name] = os.path.join(install_dir, "toolkit")
+    return out
+
+
+def installed_startup_ms(toolkits: dict[str, str], rootfs: str, runs: int) -> dict[str, float]:
+    """Start-up of the shim (``--version``), the legacy hook and ``nvct hook``: deb and toolkits, interleaved."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    dirs = {"deb": BIN, **toolkits}
+    cases = {}
+    for name, d in dirs.items():
+        cases[f"{name}_shim_version"] = ([os.path.join(d, "nvidia-container-runtime"), "--version"], env)
+        cases[f"{name}_hook_version"] = ([os.path.join(d, "nvidia-container-runtime-hook"), "--version"], env)
+        cases[f"{name}_nvct_hook_unknown"] = ([os.path.join(d, "nvct"), "hook", "no-such-hook"], env)
+    state = json.dumps({"ociVersion": "1.0", "id": "bench", "pid": 0, "root": rootfs}).encode()
+    return startup_ms(cases, runs, state)
 
 
 def main() -> None:
@@ -232,9 +271,12 @@ def main() -> None:
                  "64gpu": cached_node(os.path.join(work, "sim"), gpus=64, mig=False)}
         figures: dict = {"load_average_at_start": os.getloadavg()[0]}
         rootfs = make_rootfs(work)
+        toolkits = install_toolkits(nodes["8gpu"], work)
         if not opts.quick:
             _process_figures(figures, nodes, rootfs, work, opts.runs)
-        _container_figures(figures, nodes, rootfs, work, opts.runs)
+            for name, ms in installed_startup_ms(toolkits, rootfs, opts.runs).items():
+                figures[f"{name}_ms"] = ms
+        _container_figures(figures, nodes, rootfs, work, opts.runs, toolkits)
         _generate_figures(figures, nodes, opts.runs)
         for name, ms in podman_hooks_ms(work, max(opts.runs // 2, 3)).items():
             figures[f"{name}_ms"] = ms
@@ -275,7 +317,8 @@ def _process_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: i
         figures[f"{name}_ratio_to_nvct_hook"] = ms / startup["nvct_hook_unknown"]
 
 
-def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int) -> None:
+def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int,
+                       toolkits: dict[str, str]) -> None:
     from tests.support.bundle import make_bundle
     from tests.support.rootfs import make_rootfs
 
@@ -302,6 +345,10 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
         bundle = make_bundle(os.path.join(work, name), make_rootfs(work, name=f"rootfs-{name}"),
                              ["true"], env=[f"NVIDIA_VISIBLE_DEVICES={devices}"])
         cases[name] = Case([SHIM], bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=cfg))
+    for name, toolkit in toolkits.items():  # their configs: the 8-GPU node, jit-cdi
+        bundle = make_bundle(os.path.join(work, f"{name}-jit"), make_rootfs(work, name=f"rootfs-{name}"),
+                             ["true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
+        cases[f"jit-cdi_8gpu_{name}"] = Case([os.path.join(toolkit, "nvidia-container-runtime")], bundle, env)
     medians = lifecycles_ms(cases, runs)
     plain_ms = medians["runc_plain"]
     for name, ms in medians.items():
