@@ -70,7 +70,8 @@ def bundle(root: str, python_dirs: tuple[str, ...] = ("lib/python",)) -> None:
     the standard library plus ``python_dirs`` (relative to ``root``)."""
     if sys.version_info < MINIMUM:
         raise NvctError(f"the installer's Python {sys.version.split()[0]} cannot be bundled "
-                        f"(it needs {MINIMUM[0]}.{MINIMUM[1]}+ for a ._pth file)")
+                        f"(it needs {MINIMUM[0]}.{MINIMUM[1]}+ for a ._pth file); run the installer's image, "
+                        f"or give --python with the host's python3")
     lib = os.path.join(root, "lib")
     stdlib_dest = os.path.join(lib, python_name())
     os.makedirs(os.path.join(root, "bin"), mode=0o755, exist_ok=True)
