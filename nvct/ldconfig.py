@@ -36,7 +36,8 @@ import time
 from nvct import privileges
 from nvct.errors import ContainerError
 from nvct.namespaces import mounts, unshare_mount_namespace
-from nvct.rootfs import MNT_DETACH, UMOUNT_NOFOLLOW, Rootfs, umount
+from nvct.rootfs import (MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY,
+                         MS_REMOUNT, UMOUNT_NOFOLLOW, Rootfs, mount, umount)
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
@@ -167,13 +168,16 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
                 if root.exists(folder):  # ldconfig writes links and the cache there
                     root.check_same_mount(folder)
             check_conf(root)
+            # Where ldconfig writes: the cache's /etc and the folders (links); every
+            # other mount under the root it only reads (see _freeze_other_mounts).
+            writable = [root.realpath(p) for p in ["/etc", *folders] if root.exists(p)]
             with _etc_lock(root, timeout):
                 if folders:
                     text = "# Written by nvct: driver libraries injected into this container.\n"
                     root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders),
                                     0o644, replace=True)
                 return _run_chrooted(root, exe, ["ldconfig", "-C", CACHE_PATH, *folders],
-                                     timeout, ldconfig)
+                                     timeout, ldconfig, writable)
     finally:
         os.close(exe)
 
@@ -302,7 +306,7 @@ class _etc_lock:
 
 
 def _run_chrooted(root: Rootfs, exe: int, argv: list[str], timeout: float,
-                  name: str) -> str:
+                  name: str, writable: Sequence[str] = ("/",)) -> str:
     root_real = os.readlink(f"/proc/self/fd/{root.fileno()}")
     privileges.preload_prctl()  # its files are out of reach after chroot
     devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
@@ -310,7 +314,7 @@ def _run_chrooted(root: Rootfs, exe: int, argv: list[str], timeout: float,
     try:
         pid = os.fork()
         if pid == 0:
-            _child(root.fileno(), root_real, exe, argv, devnull, out_w)
+            _child(root.fileno(), root_real, exe, argv, devnull, out_w, writable)
         os.close(out_w)
         out_w = -1
         output, status = _collect(pid, out_r, timeout)
@@ -336,7 +340,7 @@ def _run_chrooted(root: Rootfs, exe: int, argv: list[str], timeout: float,
 
 
 def _child(root_fd: int, root_real: str, exe: int, argv: list[str], devnull: int,
-           out_w: int) -> None:
+           out_w: int, writable: Sequence[str] = ("/",)) -> None:
     """Never returns: execs ldconfig or exits with _SETUP_FAILED."""
     try:
         _no_more_imports()  # every path below the chroot is the image's
@@ -347,6 +351,7 @@ def _child(root_fd: int, root_real: str, exe: int, argv: list[str], devnull: int
             err = ctypes.get_errno()
             raise OSError(err, f"unshare(net, ipc): {os.strerror(err)}")
         _detach_pseudo_mounts(root_real)
+        _freeze_other_mounts(root_real, writable)
         # root_fd still points into the caller's namespace, where procfs is
         # mounted: chroot into this namespace's copy of the root instead.
         new_root = os.open(root_real, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -404,6 +409,42 @@ def _detach_pseudo_mounts(root_real: str) -> None:
     left = under_root()
     if left:
         raise ContainerError(f"cannot detach {left[0]} before running ldconfig")
+
+
+def _freeze_other_mounts(root_real: str, writable: Sequence[str]) -> None:
+    """Make the mounts under the root read-only (in our private namespace) but the written ones.
+
+    ldconfig makes SONAME links in every folder it scans, including folders
+    the image's own ld.so.conf lists, such as the read-write host directory
+    ``/tmp/nvidia-mps`` or a volume. Only the mounts holding ``writable``
+    (paths inside the root: /etc and the folders nvct checked) stay
+    writable. Fails closed: a mount that cannot be frozen stops ldconfig.
+    """
+    top = root_real.rstrip("/")
+    points = list(dict.fromkeys(m.mount_point for m in mounts()
+                                if m.mount_point.startswith(top + "/")))
+
+    def holder(path: str) -> str:
+        return max((p for p in [root_real, *points] if path == p or path.startswith(p.rstrip("/") + "/")),
+                   key=len)
+
+    keep = {holder(top + (w if w != "/" else "")) for w in writable}
+    for point in points:
+        if point in keep:
+            continue
+        try:
+            flags = os.statvfs(point).f_flag
+        except OSError:
+            continue  # covered by a later mount, or gone with a detached parent
+        if flags & os.ST_RDONLY:
+            continue
+        keep_flags = ((MS_NOSUID if flags & os.ST_NOSUID else 0) | (MS_NODEV if flags & os.ST_NODEV else 0)
+                      | (MS_NOEXEC if flags & os.ST_NOEXEC else 0))
+        try:
+            mount(None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | keep_flags)
+        except OSError as e:
+            raise ContainerError(f"cannot make {point} read-only before running ldconfig: "
+                                 f"{e.strerror}") from None
 
 
 def _collect(pid: int, fd: int, timeout: float) -> tuple[bytes, int | None]:

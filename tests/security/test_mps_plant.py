@@ -15,6 +15,7 @@ its GPU or is refused with one clear line.
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -62,3 +63,23 @@ def test_nothing_lands_in_the_hosts_mps_directory(tmp_path, sim_node, rootfs, ru
         # crun does not show a createContainer hook's stderr, and nvct hook chain has no log file.
         if not (runtime == "crun" and mode != "legacy"):
             assert "onto another mount" in text, result.describe()
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", MODES)
+def test_ldconfig_makes_no_links_in_the_hosts_mps_directory(tmp_path, sim_node, rootfs, runtime, mode):
+    """The image lists /tmp/nvidia-mps in its ld.so.conf, where another container left a library."""
+    need_runtime(runtime)
+    host_mps = os.path.join(sim_node["roots"]["driver_root"], MPS.lstrip("/"))
+    planted = os.path.join(host_mps, "libplanted.so.9.9")
+    shutil.copy2(os.path.join(rootfs, "lib/x86_64-linux-gnu/libm.so.6"), planted)  # SONAME libm.so.6
+    try:
+        with open(os.path.join(rootfs, "etc/ld.so.conf.d/mps.conf"), "w") as f:
+            f.write(MPS + "\n")
+        before = snapshot(host_mps)
+        result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime,
+                         env=["NVIDIA_VISIBLE_DEVICES=0"], command="dlopen-probe libcuda.so.1")
+        assert snapshot(host_mps) == before, result.describe()
+        assert result.ok and "ok libcuda.so.1" in result.stdout, result.describe()
+    finally:
+        os.unlink(planted)
