@@ -18,6 +18,7 @@ import subprocess
 
 import pytest
 
+from nvct.toolkit.layout import TOOLS, Layout
 from tests.e2e.conftest import PATH_ENV, expected_nodes
 from tests.support import cgroupfix
 from tests.support.bundle import make_bundle
@@ -68,6 +69,18 @@ def test_the_node_has_no_python_and_no_libc_where_programs_look(pythonless_node)
         assert not os.path.exists(os.path.join(tree, d)), d
     assert not [p for p in ("usr/bin/python3", "bin/python3") if os.path.exists(os.path.join(tree, p))]
     assert "host check: ok: Python 3" in log  # the installed nvct ran chrooted into the node
+
+
+def test_every_installed_program_starts_on_the_node(pythonless_node, tmp_path):
+    tree, _ = pythonless_node
+    programs = [os.path.basename(p) for p in Layout(TOOLKIT).runtimes().values()] + list(TOOLS)
+    script = "; ".join(f'{os.path.join(TOOLKIT, p)} --version >/dev/null || echo "{p} failed: $?"'
+                       for p in programs)
+    proc = subprocess.run([*pythonless.launcher(tree, str(tmp_path)), "/bin/sh", "-c", script + "; echo done"],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                          cwd=str(tmp_path),
+                          check=False)
+    assert proc.stdout == "done\n", proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("mode", ["jit-cdi", "legacy"])
