@@ -148,31 +148,32 @@ def interleaved_ms(cases: dict[str, tuple[list[str], dict | None]], runs: int) -
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def podman_hooks_ms(work: str, runs: int) -> dict[str, float]:
+def _mkdir(path: str) -> str:
+    os.makedirs(path)
+    return path
+
+
+def podman_hooks_ms(work: str, config: str, runs: int) -> dict[str, float]:
     """``podman run --rm IMAGE true`` (runc) without hooks, with the hooks.d hook, and the hook via Python."""
     from tests.support.image import build_image_tar
-    from tests.support.podman import Podman
+    from tests.support.podman import Podman, packaged_hooks_dir
     from tests.support.rootfs import base_rootfs
 
     image = os.path.join(work, "image.tar")
     build_image_tar(base_rootfs(), image, "nvct/busybox", "latest")
-    with open(os.path.join(REPO, "hooks", "oci-nvidia-hook.json")) as f:
-        hook = json.load(f)
     dirs = {}
-    for name, path, args in (
-            ("hooksd_sh_front", os.path.join(BIN, "nvidia-container-runtime-hook"), None),
-            ("hooksd_python", PY, [PY, "-I", os.path.join(BIN, "nvidia-container-runtime-hook"), "prestart"])):
-        d = os.path.join(work, name)
-        os.makedirs(d)
-        entry = json.loads(json.dumps(hook))
-        entry["hook"]["path"] = path
-        if args:
-            entry["hook"]["args"] = args
-        with open(os.path.join(d, "nvct.json"), "w") as f:
-            json.dump(entry, f)
+    hook = os.path.join(BIN, "nvidia-container-runtime-hook")
+    for name, args in (("hooksd_sh_front", None), ("hooksd_python", [PY, "-I", hook, "prestart"])):
+        d = packaged_hooks_dir(_mkdir(os.path.join(work, name)), hook, config)
+        if args:  # the same program through Python: what every start cost before the sh front
+            entry_path = os.path.join(d, "oci-nvidia-hook.json")
+            with open(entry_path) as f:
+                entry = json.load(f)
+            entry["hook"].update(path=PY, args=args)
+            with open(entry_path, "w") as f:
+                json.dump(entry, f)
         dirs[name] = d
-    empty = os.path.join(work, "no-hooks")
-    os.makedirs(empty)
+    empty = _mkdir(os.path.join(work, "no-hooks"))
     podmen = {"podman_plain": Podman(runtime=RUNC, hooks_dirs=[empty])}
     podmen.update({name: Podman(runtime=RUNC, hooks_dirs=[d]) for name, d in dirs.items()})
     try:
@@ -278,7 +279,7 @@ def main() -> None:
                 figures[f"{name}_ms"] = ms
         _container_figures(figures, nodes, rootfs, work, opts.runs, toolkits)
         _generate_figures(figures, nodes, opts.runs)
-        for name, ms in podman_hooks_ms(work, max(opts.runs // 2, 3)).items():
+        for name, ms in podman_hooks_ms(work, nodes["8gpu"]["config"], max(opts.runs // 2, 3)).items():
             figures[f"{name}_ms"] = ms
             if name != "podman_plain":
                 figures[f"{name}_added_ms"] = ms - figures["podman_plain_ms"]
