@@ -142,6 +142,15 @@ class Node(Record):
     file_mode: int | None
 
 
+def _expand(pattern: str) -> list[str]:
+    """``sorted(glob.glob(pattern))``; glob (and re) imported only for a pattern with wildcards."""
+    if not any(c in pattern for c in "*?["):
+        return [pattern] if os.path.lexists(pattern) else []
+    import glob
+
+    return sorted(glob.glob(pattern))
+
+
 class Driver:
     """The driver installation under the three roots; every fact is read on first use."""
 
@@ -236,11 +245,9 @@ class Driver:
 
     def glob_nodes(self, *patterns: str) -> list[Node]:
         """Existing character devices matching ``patterns`` under the device root (gated features)."""
-        import glob  # imports re: only for gated features and graphics
-
         out = []
         for pattern in patterns:
-            for host in sorted(glob.glob(self.dev_host_path(pattern))):
+            for host in _expand(self.dev_host_path(pattern)):
                 try:
                     st = os.stat(host)
                 except OSError:
