@@ -2,10 +2,10 @@
 
 A device node in the container is useless unless the container's devices
 cgroup allows it. Under cgroup v1 that is a line like ``c 195:0 rw`` written
-to the container's ``devices.allow``. Under cgroup v2 device access is an eBPF
-program attached by the runtime; nvct's hook does not replace it, so there it
-fails loudly (never pretends): CDI and jit-cdi modes put the devices into the
-OCI spec, where the runtime grants them itself.
+to the container's ``devices.allow``. Under cgroup v2 device access is decided by
+the eBPF programs the runtime attached to the container's cgroup; nvct swaps
+each for a copy that allows the injected char devices first and then runs the
+runtime's own instructions unchanged (nvct.bpf, docs/cgroups.md).
 
 Paths come from the kernel (``/proc/<pid>/cgroup`` and this process's
 mountinfo), never from the container, and are checked to stay inside the
@@ -50,21 +50,52 @@ def _devices_path(pid: int) -> str | None:
 def cgroup_version(pid: int) -> int:
     """The cgroup version that controls ``pid``'s device access: 1 or 2.
 
-    1 when a v1 ``devices`` hierarchy is listed for it (legacy or hybrid
-    setups), else 2 (unified: devices are an eBPF program).
+    Decided as runc and crun decide it: 2 when /sys/fs/cgroup itself is a
+    cgroup2 mount (unified), 1 when a v1 ``devices`` hierarchy is mounted and
+    lists the pid (legacy or hybrid setups), else 2 (a cgroup2 mount such as
+    /sys/fs/cgroup/unified). The kernel lists v1 hierarchies in
+    /proc/<pid>/cgroup even where none is mounted, so that file alone cannot tell.
     """
-    return 1 if _devices_path(pid) is not None else 2
+    table = list(mounts())
+    if any(m.mount_point == "/sys/fs/cgroup" and m.fstype == "cgroup2" for m in table):
+        return 2
+    has_v1 = any(m.fstype == "cgroup" and "devices" in m.super_options for m in table)
+    return 1 if has_v1 and _devices_path(pid) is not None else 2
 
 
 def devices_cgroup_dir(pid: int) -> str:
     """The directory of ``pid``'s v1 devices cgroup, as seen by this process."""
     path = _devices_path(pid)
     if path is None:
-        raise ContainerError(_V2_MESSAGE.format(pid=pid))
+        raise ContainerError(f"pid {pid} has no cgroup v1 devices controller")
+    directory = _in_mount(pid, path, lambda m: m.fstype == "cgroup" and "devices" in m.super_options)
+    if directory is None:
+        raise ContainerError(f"devices cgroup {path} of pid {pid}: no mounted cgroup v1 "
+                             "devices hierarchy shows it (is /sys/fs/cgroup/devices mounted?)")
+    return directory
+
+
+def unified_cgroup_dir(pid: int) -> str:
+    """The directory of ``pid``'s cgroup v2 cgroup, as seen by this process.
+
+    Found on any cgroup2 mount that shows it: /sys/fs/cgroup on a pure v2
+    host, /sys/fs/cgroup/unified on a hybrid one.
+    """
+    path = next((p for hid, _, p in _controllers(pid) if hid == "0"), None)
+    if path is None:
+        raise ContainerError(f"pid {pid} is in no cgroup v2 cgroup (no 0:: line in /proc/{pid}/cgroup)")
+    directory = _in_mount(pid, path, lambda m: m.fstype == "cgroup2")
+    if directory is None:
+        raise ContainerError(f"cgroup {path} of pid {pid}: no mounted cgroup2 hierarchy shows it "
+                             "(is cgroup2 mounted at /sys/fs/cgroup?)")
+    return directory
+
+
+def _in_mount(pid: int, path: str, wanted) -> str | None:
     if not path.startswith("/") or any(p in (".", "..") for p in path.split("/")):
-        raise ContainerError(f"cgroups of pid {pid}: odd devices cgroup path {path!r}")
+        raise ContainerError(f"cgroups of pid {pid}: odd cgroup path {path!r}")
     for m in mounts():
-        if m.fstype != "cgroup" or "devices" not in m.super_options:
+        if not wanted(m):
             continue
         if m.root == "/":
             rel = path
@@ -73,8 +104,7 @@ def devices_cgroup_dir(pid: int) -> str:
         else:
             continue
         return posixpath.join(m.mount_point, rel.strip("/")).rstrip("/") or "/"
-    raise ContainerError(f"devices cgroup {path} of pid {pid}: no mounted cgroup v1 "
-                         "devices hierarchy shows it (is /sys/fs/cgroup/devices mounted?)")
+    return None
 
 
 def format_rule(rule: DeviceRule) -> str:
@@ -95,19 +125,41 @@ def format_rule(rule: DeviceRule) -> str:
 
 
 def allow_devices(pid: int, rules: Iterable[DeviceRule]) -> None:
-    """Allow ``rules`` in ``pid``'s devices cgroup (cgroup v1 only).
+    """Allow ``rules`` in ``pid``'s devices cgroup, v1 (devices.allow) or v2 (eBPF).
 
-    Raises ContainerError under cgroup v2 and when the kernel refuses a rule
-    (e.g. the parent cgroup does not allow that device).
+    Raises ContainerError when the kernel refuses (e.g. the parent cgroup
+    does not allow that device); with no rules nothing is touched.
     """
+    rules = list(rules)
     lines = []
     for rule in rules:
         try:
             lines.append(format_rule(rule))
         except ValueError as e:
             raise ContainerError(str(e)) from None
-    directory = devices_cgroup_dir(pid)
-    _write_rules(os.path.join(directory, "devices.allow"), lines)
+    if not lines:
+        return
+    if cgroup_version(pid) == 1:
+        _write_rules(os.path.join(devices_cgroup_dir(pid), "devices.allow"), lines)
+        return
+    _allow_v2(pid, rules)
+
+
+def _allow_v2(pid: int, rules: list[DeviceRule]) -> None:
+    devices = []
+    for kind, major, minor, access in rules:
+        if kind != "c" or major is None or minor is None or set(access) != set("rwm"):
+            raise ContainerError(f"cgroup v2: nvct grants only whole char devices (rwm), "
+                                 f"not {format_rule((kind, major, minor, access))!r}")
+        devices.append((major, minor))
+    directory = unified_cgroup_dir(pid)
+    from nvct import bpf
+
+    try:
+        bpf.allow_char_devices(directory, devices)
+    except OSError as e:
+        raise ContainerError(f"cgroup v2 device program of {directory}: "
+                             f"{e.strerror or e}") from None
 
 
 def _write_rules(path: str, lines: Sequence[str]) -> None:
@@ -124,8 +176,3 @@ def _write_rules(path: str, lines: Sequence[str]) -> None:
     finally:
         os.close(fd)
 
-
-_V2_MESSAGE = (
-    "pid {pid} is under cgroup v2, where device access is an eBPF program the "
-    "runtime owns; nvct's hook cannot grant devices there: use mode 'cdi' or "
-    "'jit-cdi' so the runtime grants them from the OCI spec")

@@ -1,4 +1,4 @@
-"""Device access through the devices cgroup (v1), and a loud refusal on v2."""
+"""Device access through the devices cgroup: v1 devices.allow, v2 eBPF programs."""
 
 from __future__ import annotations
 
@@ -55,11 +55,41 @@ def _cgroup_mount(point, root="/", options=("rw", "devices")):
     return MountInfo(point, root, "cgroup", "cgroup", tuple(options))
 
 
-def test_unified_cgroup_v2_fails_loudly(monkeypatch):
-    _fake(monkeypatch, ["0::/system.slice/docker-abc.scope"], [])
+def _cgroup2_mount(point, root="/"):
+    return MountInfo(point, root, "cgroup2", "cgroup2", ("rw",))
+
+
+@pytest.mark.parametrize("point", ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"])
+def test_v2_grants_through_the_cgroup2_mount(monkeypatch, point):
+    _fake(monkeypatch, ["0::/system.slice/docker-abc.scope"], [_cgroup2_mount(point)])
+    calls = []
+    monkeypatch.setattr("nvct.bpf.allow_char_devices", lambda d, devs: calls.append((d, list(devs))))
     assert cgroup_version(42) == 2
-    with pytest.raises(ContainerError, match="cgroup v2.*eBPF.*'cdi' or 'jit-cdi'"):
-        allow_devices(42, [("c", 195, 0, "rw")])
+    allow_devices(42, [("c", 195, 0, "rwm"), ("c", 195, 255, "rwm")])
+    assert calls == [(f"{point}/system.slice/docker-abc.scope", [(195, 0), (195, 255)])]
+
+
+def test_unified_root_wins_over_v1_lines(monkeypatch):
+    # The kernel lists v1 hierarchies in /proc/<pid>/cgroup even when only cgroup2 is mounted.
+    _fake(monkeypatch, ["5:devices:/", "0::/ctr"], [_cgroup2_mount("/sys/fs/cgroup")])
+    assert cgroup_version(42) == 2
+
+
+def test_v2_without_a_cgroup2_mount_is_one_line(monkeypatch):
+    _fake(monkeypatch, ["0::/ctr"], [])
+    with pytest.raises(ContainerError, match="no mounted cgroup2 hierarchy"):
+        allow_devices(42, [("c", 195, 0, "rwm")])
+
+
+def test_v2_refuses_partial_rules(monkeypatch):
+    _fake(monkeypatch, ["0::/ctr"], [_cgroup2_mount("/sys/fs/cgroup")])
+    with pytest.raises(ContainerError, match="whole char devices"):
+        allow_devices(42, [("c", 195, None, "rwm")])
+
+
+def test_no_rules_touch_nothing(monkeypatch):
+    monkeypatch.setattr(cgroups, "cgroup_version", lambda pid: pytest.fail("looked up"))
+    allow_devices(42, [])
 
 
 def test_hybrid_with_v1_devices_is_version_1(monkeypatch):
@@ -92,7 +122,7 @@ def test_unmounted_hierarchy_is_an_error(monkeypatch):
 @pytest.mark.parametrize("path", ["/docker/../../etc", "docker/abc", "/a/./b"])
 def test_odd_cgroup_paths_are_refused(monkeypatch, path):
     _fake(monkeypatch, [f"5:devices:{path}"], [_cgroup_mount("/sys/fs/cgroup/devices")])
-    with pytest.raises(ContainerError, match="odd devices cgroup path"):
+    with pytest.raises(ContainerError, match="odd cgroup path"):
         devices_cgroup_dir(42)
 
 

@@ -1,9 +1,9 @@
 """The cgroup version, and whether nvct's hook can grant device access on it.
 
 The hook (``docker --gpus``, legacy mode) writes cgroup v1 ``devices.allow``
-rules; under a pure cgroup v2 host device access is an eBPF program the
-runtime owns, and the hook fails. jit-cdi and cdi modes put the devices in
-the OCI spec, where the runtime grants them on either version.
+rules, and under cgroup v2 extends the runtime's eBPF device programs
+(docs/cgroups.md). jit-cdi and cdi modes put the devices in the OCI spec,
+where the runtime grants them on either version.
 """
 
 from __future__ import annotations
@@ -54,14 +54,7 @@ def check_version(ctx: Context):
     if not unified:
         yield warn("cgroup.version", f"{path} shows no cgroup mount", "mount cgroups (the container engine needs them)")
         return
-    mode = ctx.config.mode if ctx.config is not None else "auto"
-    fix = ("use jit-cdi (or cdi) mode: " + ctx.set_command("nvidia-container-runtime.mode", "jit-cdi")
-           if mode == "legacy" else "keep the mode (" + mode + ")")
-    verdict = "the configured mode is legacy" if mode == "legacy" else f"mode {mode} works"
-    yield warn("cgroup.version",
-               f"cgroup v2 only ({path}): nvct's hook cannot grant device access there, so docker --gpus "
-               f"and legacy mode fail ({verdict})",
-               fix + "; run GPU containers with --runtime=nvidia (or --device nvidia.com/gpu=...) instead of --gpus")
-
+    yield ok("cgroup.version", f"cgroup v2 at {unified[0][0]} ({path}): the hook (docker --gpus, legacy "
+             "mode) grants device access by extending the runtime's eBPF device programs")
 
 CHECKS = (check_version,)

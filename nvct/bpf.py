@@ -1,0 +1,242 @@
+"""cgroup v2 device programs through the ``bpf(2)`` system call (ctypes, no dependency).
+
+Under cgroup v2 a container's device access is decided by the
+``BPF_PROG_TYPE_CGROUP_DEVICE`` programs attached to its cgroup. runc and
+crun attach theirs with ``BPF_F_ALLOW_MULTI``: every attached program must
+allow an access, so a second program that allows the GPU cannot help while the
+runtime's still denies it. nvct therefore rewrites each attached program: it
+loads a copy of it with a short prefix that allows exactly the injected char
+devices and otherwise falls through to the unchanged original instructions,
+and swaps it in atomically (``BPF_F_REPLACE``). Everything the runtime allowed
+or denied keeps its meaning. Nothing is pinned: the kernel frees the programs
+with the cgroup when the container is deleted. See docs/cgroups.md.
+
+No ``setrlimit(RLIMIT_MEMLOCK)``: kernels since 5.11 charge BPF memory to the
+memory cgroup.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+from typing import Iterable, Sequence
+
+_SYSCALL = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351}
+
+# commands
+_PROG_LOAD, _PROG_ATTACH, _PROG_GET_NEXT_ID, _PROG_GET_FD_BY_ID, _OBJ_GET_INFO_BY_FD, _PROG_QUERY = \
+    5, 8, 11, 13, 15, 16
+PROG_TYPE_CGROUP_DEVICE = 15
+ATTACH_CGROUP_DEVICE = 6
+F_ALLOW_OVERRIDE, F_ALLOW_MULTI, F_REPLACE = 1, 2, 4
+#: The name of every program nvct loads (bpftool prog shows it)
+PROGRAM_NAME = "nvct_devices"
+
+# instruction opcodes used by the prefix and checked in copied programs
+_LDX_W = 0x61        # dst = *(u32 *)(src + off)
+_JNE_K = 0x55        # if dst != imm goto +off
+_MOV64_K = 0xB7      # dst = imm
+_AND32_K = 0x54      # dst &= imm (32 bit)
+_EXIT = 0x95
+_CALL = 0x85
+_LD_IMM64 = 0x18
+
+#: bpf_cgroup_dev_ctx: access_type (low 16 bits: type, high 16: access), major, minor
+_DEV_CHAR = 2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class BpfError(OSError):
+    """A bpf(2) call failed; str() is one line naming the step."""
+
+
+def _bpf(cmd: int, attr: ctypes.Array, what: str) -> int:
+    nr = _SYSCALL.get(platform.machine())
+    if nr is None:
+        raise BpfError(f"{what}: bpf(2) number unknown on {platform.machine()}")
+    result = _libc.syscall(ctypes.c_long(nr), ctypes.c_long(cmd), attr, ctypes.c_long(len(attr)))
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise BpfError(errno, f"{what}: {os.strerror(errno)}")
+    return result
+
+
+def _attr(size: int, fmt: str, *values) -> ctypes.Array:
+    buf = ctypes.create_string_buffer(size)
+    struct.pack_into(fmt, buf, 0, *values)
+    return buf
+
+
+def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    """One eBPF instruction (little-endian hosts: dst in the low nibble)."""
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+
+def allow_prefix(devices: Sequence[tuple[int, int]]) -> bytes:
+    """Instructions that return 1 (allow) for char ``major:minor`` in ``devices``, any access.
+
+    For any other device they fall through to the instruction after them with
+    r1 (the context) untouched, which is where the runtime's program starts.
+    """
+    body: list[bytes] = []
+    for major, minor in devices:  # a miss jumps to the next rule
+        body += [insn(_JNE_K, 4, off=3, imm=major), insn(_JNE_K, 5, off=2, imm=minor),
+                 insn(_MOV64_K, 0, imm=1), insn(_EXIT)]
+    head = [insn(_LDX_W, 2, 1, 0), insn(_AND32_K, 2, imm=0xFFFF),
+            insn(_LDX_W, 4, 1, 4), insn(_LDX_W, 5, 1, 8),
+            insn(_JNE_K, 2, off=len(body), imm=_DEV_CHAR)]
+    return b"".join(head + body)
+
+
+def _check_copyable(code: bytes) -> None:
+    """Refuse a program whose dumped form is not loadable again (helper calls, maps)."""
+    for i in range(0, len(code), 8):
+        op = code[i]
+        if op == _CALL or op == _LD_IMM64 and (code[i + 1] >> 4):
+            raise BpfError("the attached device program calls helpers or uses maps; "
+                           "nvct cannot extend it")
+
+
+class Program:
+    """A device program attached to a cgroup, opened by id."""
+
+    def __init__(self, prog_id: int):
+        self.id = prog_id
+        self.fd = _bpf(_PROG_GET_FD_BY_ID, _attr(16, "<I", prog_id), f"open device program {prog_id}")
+
+    def instructions(self) -> bytes:
+        info = ctypes.create_string_buffer(256)
+        _bpf(_OBJ_GET_INFO_BY_FD, _attr(16, "<IIQ", self.fd, len(info), ctypes.addressof(info)),
+             f"read device program {self.id}")
+        length = struct.unpack_from("<I", info, 20)[0]
+        code = ctypes.create_string_buffer(length)
+        info = ctypes.create_string_buffer(256)
+        struct.pack_into("<IQ", info, 20, length, 0)
+        struct.pack_into("<Q", info, 32, ctypes.addressof(code))
+        _bpf(_OBJ_GET_INFO_BY_FD, _attr(16, "<IIQ", self.fd, len(info), ctypes.addressof(info)),
+             f"read device program {self.id}")
+        return code.raw[:length]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def load(code: bytes, name: str = PROGRAM_NAME) -> int:
+    """Load a cgroup device program; the fd. The verifier's last line goes into the error."""
+    insns = ctypes.create_string_buffer(code, len(code))
+    license = ctypes.create_string_buffer(b"Apache-2.0")
+
+    def attempt(log: ctypes.Array | None) -> int:
+        attr = ctypes.create_string_buffer(128)
+        struct.pack_into("<IIQQIIQII16sII", attr, 0, PROG_TYPE_CGROUP_DEVICE, len(code) // 8,
+                         ctypes.addressof(insns), ctypes.addressof(license),
+                         1 if log is not None else 0, len(log) if log is not None else 0,
+                         ctypes.addressof(log) if log is not None else 0, 0, 0,
+                         name.encode()[:15], 0, ATTACH_CGROUP_DEVICE)
+        return _bpf(_PROG_LOAD, attr, "load device program")
+
+    try:
+        return attempt(None)
+    except BpfError as first:
+        log = ctypes.create_string_buffer(1 << 16)
+        try:
+            fd = attempt(log)
+        except BpfError:
+            lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
+            raise BpfError(first.errno, f"{first.strerror}" + (f" (verifier: {lines[-1]})" if lines else "")) from None
+        return fd
+
+
+def query(cgroup_fd: int) -> tuple[int, list[int]]:
+    """(attach flags, ids of the device programs attached to the cgroup itself)."""
+    count = 64
+    ids = (ctypes.c_uint32 * count)()
+    attr = _attr(40, "<IIIIQI", cgroup_fd, ATTACH_CGROUP_DEVICE, 0, 0, ctypes.addressof(ids), count)
+    _bpf(_PROG_QUERY, attr, "query device programs")
+    flags, = struct.unpack_from("<I", attr, 12)
+    n, = struct.unpack_from("<I", attr, 24)
+    return flags, list(ids[:n])
+
+
+def attach(cgroup_fd: int, prog_fd: int, flags: int, replace_fd: int = 0) -> None:
+    _bpf(_PROG_ATTACH, _attr(24, "<IIIII", cgroup_fd, prog_fd, ATTACH_CGROUP_DEVICE, flags, replace_fd),
+         "attach device program")
+
+
+def allow_char_devices(cgroup_dir: str, devices: Iterable[tuple[int, int]]) -> None:
+    """Let ``cgroup_dir`` open char ``devices`` (major, minor) with rwm, keeping its other rules.
+
+    Every device program attached to the cgroup is replaced by a copy that
+    allows ``devices`` first; the swap is atomic per program, and on any
+    failure the programs already swapped get their originals back. With no
+    program attached, the cgroup (as far as its own attachments go) already
+    allows every device and nothing is changed.
+    """
+    wanted = sorted(set(devices))
+    if not wanted:
+        return
+    cg = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    opened: list[Program] = []
+    done: list[tuple[int, int, int]] = []  # (new fd, old fd, flags) swapped so far
+    new_fds: list[int] = []
+    try:
+        flags, ids = query(cg)
+        prefix = allow_prefix(wanted)
+        try:
+            for prog_id in ids:
+                old = Program(prog_id)
+                opened.append(old)
+                code = old.instructions()
+                _check_copyable(code)
+                new = load(prefix + code)
+                new_fds.append(new)
+                if flags & F_ALLOW_MULTI:
+                    attach(cg, new, F_ALLOW_MULTI | F_REPLACE, old.fd)
+                else:  # a single program: attaching with the same flags replaces it
+                    attach(cg, new, flags)
+                done.append((new, old.fd, flags))
+        except BaseException:
+            for new, old_fd, f in reversed(done):
+                try:
+                    if f & F_ALLOW_MULTI:
+                        attach(cg, old_fd, F_ALLOW_MULTI | F_REPLACE, new)
+                    else:
+                        attach(cg, old_fd, f)
+                except OSError:
+                    pass
+            raise
+    finally:
+        for fd in new_fds:
+            os.close(fd)
+        for p in opened:
+            p.close()
+        os.close(cg)
+
+
+def loaded_named(name: str) -> list[int]:
+    """Ids of the loaded BPF programs called ``name`` (tests and doctor: nothing left behind)."""
+    found, current = [], 0
+    while True:
+        attr = _attr(16, "<I", current)
+        try:
+            _bpf(_PROG_GET_NEXT_ID, attr, "list programs")
+        except BpfError:
+            return found
+        current, = struct.unpack_from("<I", attr, 4)
+        try:
+            prog = Program(current)
+        except BpfError:
+            continue  # freed meanwhile
+        try:
+            info = ctypes.create_string_buffer(256)
+            _bpf(_OBJ_GET_INFO_BY_FD, _attr(16, "<IIQ", prog.fd, len(info), ctypes.addressof(info)),
+                 f"read program {current}")
+            if info.raw[64:80].split(b"\0", 1)[0] == name.encode()[:15]:
+                found.append(current)
+        finally:
+            prog.close()

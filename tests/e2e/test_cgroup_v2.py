@@ -1,0 +1,169 @@
+"""The hook as ``docker run --gpus`` runs it (a prestart hook in a plain spec) on cgroup v2 and v1.
+
+cgroup v2 is reproduced faithfully: each runc call runs in a private mount
+namespace with cgroup2 mounted on /sys/fs/cgroup, so runc works in unified
+mode and enforces its own eBPF device filter. Inside the container every
+injected node opens, a GPU node that was not requested and a device the
+runtime denies stay denied, and /dev/null still works. After delete no
+cgroup directory and no nvct program is left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.e2e.conftest import HOOK, PATH_ENV, expected_nodes, node_config
+from tests.support.bundle import edit_config, make_bundle
+from tests.support.fixtures import need_binaries, need_root, need_rootfs_tools
+from tests.support.runtimes import RUNTIMES, run_container
+
+pytestmark = pytest.mark.containers
+
+#: runc in cgroup v2 mode: cgroup2 on /sys/fs/cgroup in a private mount namespace per call.
+V2_RUNC = ["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+           'mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"', "sh", RUNTIMES["runc"][0]]
+#: A node the test creates in the rootfs (outside the runtime's /dev): never granted.
+RUNTIME_DENIED = ("c", 1, 1)  # /dev/mem: not in runc's default allow list
+OPEN = ('for n in "$@"; do if err=$( (: <"$n") 2>&1); then echo "open $n"; '
+        'else case $err in *"not permitted"*) echo "denied $n";; *) echo "open $n ($err)";; esac; fi; done')
+
+
+def _v2_ok() -> str | None:
+    proc = subprocess.run([*V2_RUNC[:-1], "/bin/true"], capture_output=True, text=True)
+    return None if proc.returncode == 0 else f"cannot mount cgroup2 in a private mount namespace: {proc.stderr.strip()}"
+
+
+@pytest.fixture
+def v2_runc():
+    need_root()
+    need_rootfs_tools()
+    need_binaries(RUNTIMES["runc"][0], "/usr/bin/unshare")
+    reason = _v2_ok()
+    if reason:
+        pytest.skip(reason)
+    return V2_RUNC
+
+
+def _cases(manifest):
+    return {
+        "all": ("all", expected_nodes(manifest, range(len(manifest["gpus"])), [(0, 0), (0, 1)])),
+        "1,3": ("1,3", expected_nodes(manifest, [1, 3])),
+        "mig": ("0:1", expected_nodes(manifest, migs=[(0, 1)])),
+        "none": ("none", expected_nodes(manifest)),
+    }
+
+
+def _unrequested_gpu(node, injected: set[str]) -> tuple[str, int, int]:
+    """A GPU's char device the request did not name (a minor past the last GPU for "all")."""
+    minors = [g["minor"] for g in node["gpus"]]
+    free = [m for m in minors if f"/dev/nvidia{m}" not in injected]
+    return ("c", 195, free[0] if free else max(minors) + 1)
+
+
+def _hook_bundle(tmp_path, node, rootfs, visible: str, command: str, args=(),
+                 injected: set[str] = frozenset()) -> tuple[str, str]:
+    config = node_config(tmp_path, node, mode="legacy")
+    probes = {"gpu": _unrequested_gpu(node, injected), "mem": RUNTIME_DENIED}
+    for name, (kind, major, minor) in probes.items():
+        path = os.path.join(rootfs, "probe", name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not os.path.exists(path):
+            os.mknod(path, 0o666 | 0o020000, os.makedev(major, minor))
+    hook = {"path": HOOK, "args": ["nvidia-container-runtime-hook", "prestart"],
+            "env": [f"NVIDIA_CTK_CONFIG_FILE_PATH={config}", PATH_ENV]}
+    bundle = make_bundle(os.path.join(str(tmp_path), "bundle"), rootfs, ["sh", "-c", command, "sh", *args],
+                         env=[PATH_ENV, f"NVIDIA_VISIBLE_DEVICES={visible}"], hooks={"prestart": [hook]})
+    return bundle, config
+
+
+def _run(runtime_argv, tmp_path, bundle):
+    cid = f"nvct-v2-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    result = run_container(runtime_argv, bundle, cid, log_file=os.path.join(str(tmp_path), "runc.log"))
+    return cid, result
+
+
+def _lines(result) -> dict[str, str]:
+    assert result.rc == 0, result.describe()
+    out = {}
+    for line in result.stdout.splitlines():
+        verdict, _, rest = line.partition(" ")
+        if verdict in ("open", "denied"):
+            out[rest.split(" ")[0]] = verdict
+    return out
+
+
+def _assert_access(result, injected: set[str]) -> None:
+    seen = _lines(result)
+    for node in injected:
+        assert seen[node] == "open", (node, result.stdout)
+    assert seen["/probe/gpu"] == "denied", result.stdout
+    assert seen["/probe/mem"] == "denied", result.stdout
+    assert seen["/dev/null"] == "open" and seen["/dev/zero"] == "open", result.stdout
+
+
+def _assert_nothing_left(cid: str) -> None:
+    from nvct import bpf
+
+    proc = subprocess.run([*V2_RUNC[:-1], "/bin/sh", "-c", f"find /sys/fs/cgroup -name '{cid}*'"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "", proc
+    for _ in range(50):  # the kernel frees programs after an RCU grace period
+        if not bpf.loaded_named("nvct_devices"):
+            break
+        time.sleep(0.1)
+    assert not bpf.loaded_named("nvct_devices")
+
+
+@pytest.mark.parametrize("case", ["all", "1,3", "mig", "none"])
+def test_v2_hook_grants_exactly_the_injected_nodes(tmp_path, sim_node, rootfs, v2_runc, case):
+    visible, injected = _cases(sim_node)[case]
+    command = "grep '^0::' /proc/self/cgroup; " + OPEN + "; nvidia-smi -L; true"
+    args = sorted(injected) + ["/probe/gpu", "/probe/mem", "/dev/null", "/dev/zero"]
+    bundle, _ = _hook_bundle(tmp_path, sim_node, rootfs, visible, command, args, injected)
+    cid, result = _run(v2_runc, tmp_path, bundle)
+    assert result.rc == 0, result.describe()
+    assert result.stdout.startswith("0::/"), result.stdout  # runc really ran in cgroup v2 mode
+    _assert_access(result, injected)
+    gpus = [line for line in result.stdout.splitlines() if line.startswith("GPU ")]
+    if case == "1,3":
+        assert [g.split("UUID: ")[1].rstrip(")") for g in gpus] == [sim_node["gpus"][i]["uuid"] for i in (1, 3)]
+    elif case == "all":
+        assert len(gpus) == len(sim_node["gpus"]), result.stdout
+    _assert_nothing_left(cid)
+
+
+def test_v2_runtime_alone_denies_the_gpu(tmp_path, sim_node, rootfs, v2_runc):
+    # The bed is faithful: without the hook runc's own filter denies a 195:* node.
+    bundle = make_bundle(os.path.join(str(tmp_path), "bundle"), rootfs, ["sh", "-c", OPEN, "sh", "/probe/gpu"])
+    _hook_bundle(tmp_path, sim_node, rootfs, "void", "true")  # only for the probe nodes
+    bundle = make_bundle(os.path.join(str(tmp_path), "plain"), rootfs, ["sh", "-c", OPEN, "sh", "/probe/gpu"])
+    _, result = _run(v2_runc, tmp_path, bundle)
+    assert _lines(result) == {"/probe/gpu": "denied"}
+
+
+def test_v2_hook_failure_reason_reaches_runc_error_line(tmp_path, sim_node, rootfs, v2_runc):
+    # docker shows runc's error line: the hook's one-line reason must be in it (and in --log).
+    bundle, _ = _hook_bundle(tmp_path, sim_node, rootfs, "1", "true")
+    with edit_config(bundle) as spec:
+        spec["process"]["env"].append("NVIDIA_REQUIRE_CUDA=cuda>=99.0")
+    cid, result = _run(v2_runc, tmp_path, bundle)
+    assert result.rc != 0
+    line = [ln for ln in result.stderr.splitlines() if "error running hook" in ln]
+    assert line and "nvidia-container-runtime-hook: " in line[0] and "99.0" in line[0], result.describe()
+    assert "nvidia-container-runtime-hook: " in result.log and "Traceback" not in result.stderr
+    _assert_nothing_left(cid)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("case", ["all", "1,3", "mig", "none"])
+def test_v1_hook_grants_exactly_the_injected_nodes(tmp_path, sim_node, rootfs, gpu_runtimes, runtime, case):
+    visible, injected = _cases(sim_node)[case]
+    args = sorted(injected) + ["/probe/gpu", "/probe/mem", "/dev/null", "/dev/zero"]
+    bundle, _ = _hook_bundle(tmp_path, sim_node, rootfs, visible, OPEN + "; nvidia-smi -L; true", args,
+                             injected)
+    _, result = _run(RUNTIMES[runtime], tmp_path, bundle)
+    _assert_access(result, injected)
