@@ -94,7 +94,7 @@ def unified_cgroup_dir(pid: int) -> str:
 def _in_mount(pid: int, path: str, wanted) -> str | None:
     if not path.startswith("/") or any(p in (".", "..") for p in path.split("/")):
         raise ContainerError(f"cgroups of pid {pid}: odd cgroup path {path!r}")
-    for m in mounts():
+    for m in _visible(list(mounts())):
         if not wanted(m):
             continue
         if m.root == "/":
@@ -105,6 +105,20 @@ def _in_mount(pid: int, path: str, wanted) -> str | None:
             continue
         return posixpath.join(m.mount_point, rel.strip("/")).rstrip("/") or "/"
     return None
+
+
+def _visible(table: list) -> list:
+    """The mounts not hidden by a later mount on the same point or on a parent of it.
+
+    A cgroup2 mounted over a hybrid host's /sys/fs/cgroup leaves the old
+    /sys/fs/cgroup/unified in mountinfo, unreachable; paths through it would be wrong.
+    """
+    out = []
+    for i, m in enumerate(table):
+        point = m.mount_point.rstrip("/") + "/"
+        if not any(point.startswith(later.mount_point.rstrip("/") + "/") for later in table[i + 1:]):
+            out.append(m)
+    return out
 
 
 def format_rule(rule: DeviceRule) -> str:

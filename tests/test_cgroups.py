@@ -174,3 +174,12 @@ def test_a_rule_the_parent_denies_is_an_error(confined_sleeper):
         allow_devices(pid, [("c", 195, 1, "rw")])
     with open(f"{group}/cgroup.procs", "w") as f:  # out again, so inner can go
         f.write(str(pid))
+
+
+def test_cgroup2_mounted_over_a_hybrid_tree_hides_the_old_unified(monkeypatch):
+    tmpfs = MountInfo("/sys/fs/cgroup", "/", "tmpfs", "tmpfs", ("rw",))
+    _fake(monkeypatch, ["5:devices:/", "0::/docker/abc"],
+          [tmpfs, _cgroup2_mount("/sys/fs/cgroup/unified"), _cgroup_mount("/sys/fs/cgroup/devices"),
+           _cgroup2_mount("/sys/fs/cgroup")])
+    assert cgroup_version(42) == 2
+    assert cgroups.unified_cgroup_dir(42) == "/sys/fs/cgroup/docker/abc"

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import HOOK, PATH_ENV, expected_nodes, node_config
+from tests.e2e.conftest import HOOK, PATH_ENV, VENV_BIN, expected_nodes, node_config
 from tests.support.bundle import edit_config, make_bundle
-from tests.support.fixtures import need_binaries, need_root, need_rootfs_tools
+from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries, need_root, need_rootfs_tools
 from tests.support.runtimes import RUNTIMES, run_container
 
 pytestmark = pytest.mark.containers
@@ -167,3 +167,38 @@ def test_v1_hook_grants_exactly_the_injected_nodes(tmp_path, sim_node, rootfs, g
                              injected)
     _, result = _run(RUNTIMES[runtime], tmp_path, bundle)
     _assert_access(result, injected)
+
+
+@pytest.fixture(scope="module")
+def v2_dockerd(tmp_path_factory, sim_node, busybox_image_tar):
+    need_root("runs dockerd")
+    need_binaries("/usr/sbin/dockerd", "/usr/bin/docker", RUNTIMES["runc"][0], "/usr/bin/unshare")
+    reason = _v2_ok()
+    if reason:
+        pytest.skip(reason)
+    from tests.support.docker import Dockerd
+
+    config = node_config(tmp_path_factory.mktemp("docker-v2"), sim_node, mode="legacy")
+    # dockerd, its containerd, the shims and runc all see cgroup2 on /sys/fs/cgroup.
+    with Dockerd(extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": config}, path_prefix=(VENV_BIN,),
+                 wrapper=V2_RUNC[:-1]) as dockerd:
+        dockerd.load(busybox_image_tar)
+        yield dockerd
+
+
+@pytest.mark.parametrize("gpus, indexes", [("all", None), ('"device=1,3"', [1, 3])])
+def test_docker_gpus_on_cgroup_v2(v2_dockerd, sim_node, gpus, indexes):
+    indexes = range(len(sim_node["gpus"])) if indexes is None else indexes
+    injected = expected_nodes(sim_node, indexes, [(0, 0), (0, 1)] if gpus == "all" else [])
+    command = ("grep '^0::' /proc/self/cgroup; mknod /probe-gpu c 195 100; mknod /probe-mem c 1 1; "
+               + OPEN + "; nvidia-smi -L")
+    args = sorted(injected) + ["/probe-gpu", "/probe-mem", "/dev/null", "/dev/zero"]
+    result = v2_dockerd.run(["--rm", "--gpus", gpus, BUSYBOX_IMAGE, "sh", "-c", command, "sh", *args])
+    assert result.rc == 0, result.describe()
+    assert result.stdout.startswith("0::/"), result.stdout
+    seen = _lines(result)
+    assert {n for n in injected if seen[n] == "open"} == injected, result.stdout
+    assert seen["/probe-gpu"] == "denied" and seen["/probe-mem"] == "denied", result.stdout
+    assert seen["/dev/null"] == "open", result.stdout
+    uuids = [line.split("UUID: ")[1].rstrip(")") for line in result.stdout.splitlines() if line.startswith("GPU ")]
+    assert uuids == [sim_node["gpus"][i]["uuid"] for i in indexes]

@@ -49,7 +49,8 @@ class Dockerd:
                  default_runtime: str | None = None,
                  extra_env: Mapping[str, str] | None = None,
                  path_prefix: Sequence[str] = (), storage_driver: str = "overlay2",
-                 extra_config: Mapping | None = None) -> None:
+                 extra_config: Mapping | None = None, wrapper: Sequence[str] = ()) -> None:
+        self.wrapper = list(wrapper)  # argv dockerd runs under (e.g. a private mount namespace)
         self.runtimes = dict(runtimes or {})
         self.default_runtime = default_runtime
         self.storage_driver = storage_driver
@@ -84,7 +85,7 @@ class Dockerd:
     def _start(self, timeout: float) -> None:
         self._write_config()
         self._proc = start_daemon(
-            [DOCKERD, "--config-file", self.config_file, "--pidfile", self.pidfile,
+            [*self.wrapper, DOCKERD, "--config-file", self.config_file, "--pidfile", self.pidfile,
              "--data-root", self.data_root, "--exec-root", self.exec_root,
              "-H", f"unix://{self.socket}"],
             env=self.env, log_path=self.log_path)
