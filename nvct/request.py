@@ -411,5 +411,6 @@ def _requirements(env: Mapping[str, str], disable: bool) -> tuple[tuple[str, str
 
 
 def _parse_bool(value: str | None) -> bool:
-    # Go's strconv.ParseBool, which the reference uses.
-    return value in ("1", "t", "T", "TRUE", "true", "True")
+    from nvct.requirements import is_true
+
+    return is_true(value)

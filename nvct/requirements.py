@@ -15,7 +15,10 @@ unknown fact (no CUDA version, no brand) makes its conditions hold.
 
 Unlike libnvidia-container, which only notices a malformed condition when it
 evaluates it, every condition is checked up front: a typo is an error, not a
-pass that depends on which alternative happened to be tried first.
+pass that depends on which alternative happened to be tried first. An unknown
+property (``foo=bar``) is the exception: as in the reference, that condition
+is skipped with a warning and the known ones are still checked, so images
+written for a newer toolkit keep running.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ _PROPERTIES = _VERSION_PROPERTIES + ("brand",)
 _VERSION = re.compile(r"[0-9][0-9.]*")
 _MAX_COMPONENT = 2**64 - 2  # strtoumax's overflow value is rejected too
 _UPDATE_HINT = ", please update your driver to a newer version, or use an earlier cuda container"
-# Go's strconv.ParseBool true spellings: how NVIDIA_DISABLE_REQUIRE is read.
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+# NVIDIA_DISABLE_REQUIRE true spellings, compared lower-cased: Go's
+# strconv.ParseBool's plus "yes"/"on" (a deliberate difference, docs/differences.md).
+_TRUE = frozenset({"1", "t", "true", "yes", "on"})
 # The loose semver libnvidia-container's caller applies to CUDA_VERSION.
 _SEMVER = re.compile(
     r"v?([0-9]+)(?:\.([0-9]+))?(?:\.[0-9]+)?"
@@ -81,9 +85,11 @@ class Condition:
     value: str
 
     def __str__(self) -> str:
-        return f"{self.prop}{self.op}{self.value}"
+        return f"{self.prop}{self.op}{self.value}" if self.op else self.value
 
     def holds(self, facts: DriverFacts, device: Device | None) -> bool:
+        if self.op == "":  # an unknown property: skipped, as the reference does
+            return True
         if self.prop == "brand":
             brand = device[1] if device else None
             if brand is None:
@@ -157,7 +163,7 @@ def collect(env: Mapping[str, str], *, disable_require: bool = False) -> list[tu
     ``NVIDIA_DISABLE_REQUIRE`` is true or ``disable_require`` (the config
     switch) is set; then not even a bad ``CUDA_VERSION`` is an error.
     """
-    if disable_require or env.get(_DISABLE) in _TRUE:
+    if disable_require or is_true(env.get(_DISABLE)):
         return []
     pairs = sorted(
         (key, value)
@@ -210,6 +216,11 @@ def explain(
     return result
 
 
+def is_true(value: str | None) -> bool:
+    """Whether ``NVIDIA_DISABLE_REQUIRE``'s value means true, in any case."""
+    return value is not None and value.lower() in _TRUE
+
+
 def _devices(facts: DriverFacts) -> Sequence[Device | None]:
     return facts.devices or [None]
 
@@ -231,7 +242,11 @@ def _condition(text: str, name: str) -> Condition:
     if not prop:
         raise bad("missing property")
     if prop not in _PROPERTIES:
-        raise bad(f"unknown property {_quote(text[:start])}")
+        from nvct.log import logger
+
+        logger.warning("%s: ignoring condition %s: unknown property %s",
+                       name, _quote(text), _quote(text[:start]))
+        return Condition(prop, "", text)  # always holds
     if not op:
         raise bad("missing operator")
     if op not in _OPERATORS:

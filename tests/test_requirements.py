@@ -64,7 +64,6 @@ def test_canonical_text(text, canonical):
 @pytest.mark.parametrize(
     "text, reason",
     [
-        ("foo>=1", "unknown property 'foo'"),
         ("cuda", "missing operator"),
         (">=12", "missing property"),
         ("cuda>=", "missing value"),
@@ -236,14 +235,14 @@ def test_legacy_invalid_cuda_version(bad):
         collect({"CUDA_VERSION": bad})
 
 
-@pytest.mark.parametrize("value", ["1", "true", "True", "TRUE", "t", "T"])
+@pytest.mark.parametrize("value", ["1", "true", "True", "TRUE", "t", "T", "yes", "YES", "on", "On", "tRuE"])
 def test_disable_require_true_spellings(value):
     env = {"NVIDIA_DISABLE_REQUIRE": value, "NVIDIA_REQUIRE_CUDA": "cuda>=99", "CUDA_VERSION": "bad"}
     assert collect(env) == []
     check(env, facts())
 
 
-@pytest.mark.parametrize("value", ["", "0", "false", "yes", "on", "tRuE", " 1"])
+@pytest.mark.parametrize("value", ["", "0", "false", "no", "off", " 1", "y"])
 def test_disable_require_other_values_do_not_disable(value):
     env = {"NVIDIA_DISABLE_REQUIRE": value, "NVIDIA_REQUIRE_CUDA": "cuda>=99"}
     assert collect(env) == [("NVIDIA_REQUIRE_CUDA", "cuda>=99")]
@@ -382,3 +381,16 @@ def test_check_on_arbitrary_env_only_raises_requirement_error(env, driver_facts)
 
 def test_max_length_is_public():
     assert requirements.MAX_LENGTH == 4096
+
+
+def test_unknown_property_is_skipped_with_a_warning_and_known_ones_still_checked(capsys):
+    from nvct.log import logger
+
+    logger.setup(stderr=True)
+    try:
+        check({"NVIDIA_REQUIRE_CUDA": "cuda>=11.6 foo=bar"}, facts())
+        with pytest.raises(RequirementError, match=r"^unsatisfied condition: cuda>=99,foo=bar"):
+            check({"NVIDIA_REQUIRE_CUDA": "cuda>=99,foo=bar"}, facts())
+    finally:
+        logger.setup()
+    assert "NVIDIA_REQUIRE_CUDA: ignoring condition 'foo=bar': unknown property 'foo'" in capsys.readouterr().err

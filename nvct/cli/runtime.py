@@ -19,6 +19,8 @@ _HOOK_MODES = ("oci-hook", "hook")
 _FILE_MODES = ("", "config-file", "config")
 _RESTART_HINT = {
     "docker": "reload dockerd (SIGHUP) or restart it to apply",
+    # dockerd keeps runtimes and its default runtime across a SIGHUP: only a restart drops them.
+    "docker-unconfigure": "restart dockerd to apply (a reload keeps the removed runtime and default runtime)",
     "containerd": "restart containerd to apply",
     "crio": "restart cri-o to apply",
 }
@@ -117,7 +119,7 @@ def unconfigure_command(engine, config_path, drop_in, mode, oci_hook_path, dry_r
                 "oci-hook", dry_run)
         return
     change = runtimes.unconfigure(engine, config_path, names, drop_in=_drop_in(drop_in), dry_run=dry_run)
-    _finish(change, engine, dry_run)
+    _finish(change, f"{engine}-unconfigure" if engine == "docker" else engine, dry_run)
 
 
 def _hook_mode(mode: str) -> bool:

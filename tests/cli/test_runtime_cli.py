@@ -164,3 +164,13 @@ def test_second_configure_reports_no_changes(tmp_path, capsys):
     nvct(capsys, "configure", "--config", str(path))
     rc, _, err = nvct(capsys, "configure", "--config", str(path))
     assert rc == 0 and "no changes" in err
+
+
+def test_docker_unconfigure_says_to_restart_dockerd(tmp_path, capsys):
+    # dockerd keeps its runtimes and default runtime across SIGHUP: a reload would not undo them.
+    config = tmp_path / "daemon.json"
+    assert nvct(capsys, "configure", "--config", str(config), "--set-as-default")[0] == 0
+    rc, _, err = nvct(capsys, "unconfigure", "--config", str(config))
+    assert rc == 0, err
+    assert err.splitlines()[-1] == (
+        "nvct: restart dockerd to apply (a reload keeps the removed runtime and default runtime)")
