@@ -70,6 +70,7 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         from nvct.cdi import modes as cdi_modes
 
         edits = cdi_modes.edits_for(request, config)
+        _check_targets(spec, edits, bundle)
         _apply(spec, edits)
         return Modification("cdi", why, edits, request.devices or ())
     from nvct import injection
@@ -81,8 +82,17 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         edits.hooks = [_with_container_root(h, ocispec.rootfs(spec, bundle)) for h in edits.hooks]
     check_requirements(request, driver, config)
     edits.env.append(f"{VISIBLE_DEVICES}=void")
+    _check_targets(spec, edits, bundle)
     _apply(spec, edits)
     return Modification("jit-cdi", why, edits, request.devices or ())
+
+
+def _check_targets(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None) -> None:
+    """The runtime will create our mount targets: none may be led into an engine's bind mount."""
+    if bundle and edits.mounts:
+        from nvct import mounttargets
+
+        mounttargets.check(spec, ocispec.rootfs(spec, bundle), [m.container_path for m in edits.mounts])
 
 
 def _with_container_root(hook: Hook, rootfs: str) -> Hook:

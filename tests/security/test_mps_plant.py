@@ -83,3 +83,24 @@ def test_ldconfig_makes_no_links_in_the_hosts_mps_directory(tmp_path, sim_node, 
         assert result.ok and "ok libcuda.so.1" in result.stdout, result.describe()
     finally:
         os.unlink(planted)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_no_target_is_created_in_an_engine_volume(tmp_path, sim_node, rootfs, runtime, mode):
+    """A user's read-write volume comes before nvct's mounts; the image links the library folder to it."""
+    need_runtime(runtime)
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "data.txt").write_text("user data\n")
+    os.makedirs(os.path.join(rootfs, "data"))
+    _plant(rootfs, LIBDIR)
+    os.unlink(os.path.join(rootfs, LIBDIR.lstrip("/")))
+    os.symlink("/data", os.path.join(rootfs, LIBDIR.lstrip("/")))
+    before = snapshot(volume)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     mounts=[{"destination": "/data", "type": "bind", "source": str(volume),
+                              "options": ["rbind", "rw"]}])
+    assert snapshot(volume) == before, result.describe()
+    assert "into the bind mount at /data" in refusal(result, tmp_path), result.describe()
+    assert not mounts_under(rootfs)
