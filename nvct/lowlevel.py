@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from nvct.errors import ConfigError
 
@@ -25,40 +26,130 @@ def find(names: list[str]) -> str:
     )
 
 
-#: config path -> low-level runtime, one "path<TAB>runtime" line each: what the shell front
-#: (nvct/scripts/nvidia-container-runtime) execs for every call but create and run.
+#: config path -> low-level runtime: what the shell front (nvct/scripts/nvidia-container-runtime)
+#: execs for every call but create and run. One "config<TAB>runtime<TAB>stamp" line each; the
+#: stamp is an empty root-only file whose mtime is the config file's when it was read ("-": there
+#: was no config file; "!": not to be trusted, see :func:`remember`). The shell front uses a line
+#: only while the config's mtime equals the stamp's (two ``test -nt``, no fork), so an edited
+#: config never runs a runtime it no longer names: the next call goes through Python.
 CACHE_DIR = "/run/nvct"
 CACHE = CACHE_DIR + "/runtimes"
+STAMPS = CACHE_DIR + "/stamps"
 _CACHE_MAX = 64
+_ABSENT, _UNTRUSTED = "-", "!"
+#: A config younger than this may still change within the filesystem's timestamp granularity
+#: without its mtime changing ("racy git"): its line is written untrusted.
+_RACY_NS = 2_000_000_000
 
 
-def remember(config_path: str, runtime: str) -> None:
-    """Record ``runtime`` for ``config_path`` (root only; nothing else may write there)."""
+def stamp(config_path: str) -> int | None | bool:
+    """The config file's mtime, taken *before* reading it; ``False`` when it cannot be known."""
+    try:
+        return os.stat(config_path).st_mtime_ns
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+
+
+def remember(config_path: str, runtime: str, seen: int | None | bool) -> None:
+    """Record ``runtime`` for ``config_path`` read at mtime ``seen`` (root only; nothing else may
+    write there). A directory that is not root's or that others may write is not used, and a
+    cache found in one is removed."""
     if os.geteuid() != 0 or "\t" in config_path or "\n" in config_path:
         return
-    entries: dict[str, str] = {}
+    try:
+        os.makedirs(CACHE_DIR, mode=0o700, exist_ok=True)
+        if not _private(CACHE_DIR):
+            _unlink(CACHE)
+            return
+        entries = _entries()
+        mark = _mark(config_path, seen)
+        if entries.get(config_path) == (runtime, mark) and _stamp_holds(mark, seen):
+            return
+        if len(entries) >= _CACHE_MAX:  # many config files are a test machine's; keep it small
+            entries.clear()
+        entries[config_path] = (runtime, mark)
+        if mark.startswith("/"):
+            _write_stamp(mark, seen)  # type: ignore[arg-type]
+        tmp = f"{CACHE}.{os.getpid()}.tmp"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w",
+                  encoding="utf-8") as f:
+            f.writelines(f"{k}\t{r}\t{m}\n" for k, (r, m) in sorted(entries.items()))
+        os.replace(tmp, CACHE)
+        _prune_stamps({m for _, m in entries.values()})
+    except OSError:
+        pass
+
+
+def last_known(config_path: str) -> str | None:
+    """The runtime last recorded for ``config_path``, whatever its stamp: what the containers
+    created under that config run with, and so what a broken config falls back to."""
+    if not _private(CACHE_DIR):
+        return None
+    runtime = _entries().get(config_path, (None, ""))[0]
+    return runtime if runtime and os.access(runtime, os.X_OK) else None
+
+
+def _entries() -> dict[str, tuple[str, str]]:
+    entries: dict[str, tuple[str, str]] = {}
     try:
         with open(CACHE, encoding="utf-8") as f:
             for line in f:
-                key, sep, value = line.rstrip("\n").partition("\t")
-                if sep:
-                    entries[key] = value
+                key, runtime, mark = (line.rstrip("\n").split("\t") + ["", ""])[:3]
+                if runtime:
+                    entries[key] = (runtime, mark or _UNTRUSTED)
     except (OSError, UnicodeDecodeError):
         pass
-    if entries.get(config_path) == runtime:
-        return
-    if len(entries) >= _CACHE_MAX:  # many config files are a test machine's; keep it small
-        entries.clear()
-    entries[config_path] = runtime
+    return entries
+
+
+def _mark(config_path: str, seen: int | None | bool) -> str:
+    if seen is None:
+        return _ABSENT
+    if seen is False or time.time_ns() - seen < _RACY_NS:  # type: ignore[operator]
+        return _UNTRUSTED
+    import zlib  # only when a line is written
+
+    return f"{STAMPS}/{zlib.crc32(config_path.encode('utf-8', 'surrogateescape')):08x}"
+
+
+def _stamp_holds(mark: str, seen: int | None | bool) -> bool:
+    if not mark.startswith("/"):
+        return True
     try:
-        os.makedirs(CACHE_DIR, mode=0o700, exist_ok=True)
-        st = os.stat(CACHE_DIR)
-        if st.st_uid != 0 or st.st_mode & 0o022:
-            return
-        tmp = f"{CACHE}.{os.getpid()}.tmp"
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-            f.writelines(f"{k}\t{v}\n" for k, v in sorted(entries.items()))
-        os.replace(tmp, CACHE)
+        return os.stat(mark, follow_symlinks=False).st_mtime_ns == seen
+    except OSError:
+        return False
+
+
+def _write_stamp(path: str, mtime_ns: int) -> None:
+    os.makedirs(STAMPS, mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
+    os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    os.replace(tmp, path)
+
+
+def _prune_stamps(keep: set[str]) -> None:
+    for name in os.listdir(STAMPS) if os.path.isdir(STAMPS) else ():
+        path = f"{STAMPS}/{name}"
+        if path not in keep and not name.endswith(".tmp"):
+            _unlink(path)
+
+
+def _private(path: str) -> bool:
+    """Root's, not a symlink, and writable by no one else: the shell front's checks, and more."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return st.st_uid == 0 and not st.st_mode & 0o022 and os.path.isdir(path) and not os.path.islink(path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
     except OSError:
         pass
 

@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
     argv = sys.argv[1:] if argv is None else argv
     start = time.monotonic()
     from nvct import runcargs
-    from nvct.errors import NvctError
+    from nvct.errors import ConfigError, NvctError
 
     args = runcargs.parse(argv)
     if banner and args.subcommand is None and _version_asked(argv):
@@ -30,12 +30,18 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
     try:
         from nvct import config as config_mod, lowlevel
 
-        config = config_mod.load()
-        _force_mode_by_name(config)
-        runtime = lowlevel.find(config.runtimes)
-        lowlevel.remember(config_mod.default_path(), runtime)
-        if args.subcommand in ("create", "run"):
-            _create(args, config, start)
+        path = config_mod.default_path()
+        seen = lowlevel.stamp(path)  # before reading: an edit while we read is noticed next time
+        try:
+            config = config_mod.load()
+        except ConfigError as e:
+            runtime = _despite_broken_config(args, path, e)
+        else:
+            _force_mode_by_name(config)
+            runtime = lowlevel.find(config.runtimes)
+            lowlevel.remember(path, runtime, seen)
+            if args.subcommand in ("create", "run"):
+                _create(args, config, start)
     except NvctError as e:
         _fail(args, str(e))
         return 1
@@ -85,6 +91,42 @@ def _create(args, config, start: float) -> None:
         "capabilities": list(request.capabilities),
         "ms": round((time.monotonic() - start) * 1000, 1),
     })
+
+
+def _despite_broken_config(args, path: str, error: Exception) -> str:
+    """The runtime for a call under a config file that cannot be read.
+
+    A container that asks for no GPU must not be stopped by a typo on a node
+    where ``nvidia`` is the default runtime; a GPU container gets the error.
+    The runtime is the one last recorded for this config (what its
+    containers were created with, so start/delete/state reach them), else
+    the default list's first. Logged as a warning on stderr and in runc's log.
+    """
+    from nvct import config as config_mod, lowlevel
+
+    if args.subcommand in ("create", "run") and _asks_for_gpu(args):
+        raise error
+    runtime = lowlevel.last_known(path) or lowlevel.find(config_mod.Config(None).runtimes)
+    message = f"nvidia-container-runtime: warning: {error}; running {runtime} without GPU support"
+    from nvct import log
+
+    sys.stderr.write(message + "\n")
+    log.write_runc_log(args.log, "warning", message)
+    return runtime
+
+
+def _asks_for_gpu(args) -> bool:
+    """Whether the spec requests a GPU by env, mounts or annotations, read with the default config."""
+    from nvct import config as config_mod, ocispec, request as request_mod
+
+    defaults = config_mod.Config(None)
+    raw = ocispec.read_raw(args.bundle)
+    if not request_mod.might_request_gpu(raw, defaults):
+        return False
+    try:
+        return request_mod.from_spec(ocispec.load(args.bundle, raw), defaults).is_gpu
+    except Exception:  # noqa: BLE001 - a request we cannot read may be a GPU request
+        return True
 
 
 def _fail(args, message: str) -> None:

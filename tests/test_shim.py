@@ -91,13 +91,32 @@ def test_errors_go_to_stderr_runc_log_and_config_log(tmp_path, fake_runc):
     assert msg in debug.read_text()
 
 
-def test_bad_config_file_is_one_line(tmp_path, fake_runc):
+def test_bad_config_file_is_one_line_for_a_gpu_container(tmp_path, fake_runc):
     config = tmp_path / "config.toml"
     config.write_text("[nvidia-container-runtime\n")
-    r = run_shim(["--version"], str(config))
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"])
+    r = run_shim(["create", "--bundle", str(bundle), "c1"], str(config))
     assert r.returncode == 1
-    assert r.stderr.strip().startswith(f"nvidia-container-runtime: {config}: invalid TOML: line 1")
-    assert "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1
+    assert r.stderr.startswith(f"nvidia-container-runtime: {config}: invalid TOML: line 1")
+    assert not (tmp_path / "argv").exists()
+
+
+@pytest.mark.parametrize("env, mounts, annotations", [
+    (["NVIDIA_VISIBLE_DEVICES=0"], [], {}),
+    (["PATH=/bin"], [{"destination": "/var/run/nvidia-container-devices/0", "source": "/dev/null"}], {}),
+    (["PATH=/bin"], [], {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}),
+])
+def test_bad_config_file_refuses_every_kind_of_gpu_request(tmp_path, fake_runc, env, mounts, annotations):
+    config = tmp_path / "config.toml"
+    config.write_text("[nvidia-container-runtime\n")
+    bundle = _bundle(tmp_path, env)
+    spec = json.loads((bundle / "config.json").read_text())
+    spec.update(mounts=mounts, annotations=annotations)
+    (bundle / "config.json").write_text(json.dumps(spec))
+    r = run_shim(["create", "--bundle", str(bundle), "c1"], str(config))
+    assert r.returncode == 1 and "invalid TOML" in r.stderr, r.stderr
+    assert not (tmp_path / "argv").exists()
 
 
 def test_no_runtime_found_names_the_list(tmp_path):
@@ -137,19 +156,70 @@ def test_jit_cdi_mode_writes_devices_mounts_and_hides_env(tmp_path, fake_runc, s
     assert spec["ociVersion"] == "1.0.2-dev" and spec["root"] == {"path": "rootfs"}
 
 
-def test_calls_other_than_create_skip_python_once_the_runtime_is_known(tmp_path, fake_runc):
+def _needs_root():
     if os.geteuid() != 0:
         pytest.skip("needs root (the runtime cache in /run/nvct is root-only)")
+
+
+def _age(path, seconds=60):
+    """Backdate a file: a config younger than 2 s is never trusted by the cache (racy mtime)."""
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 10**9))
+
+
+def _recording_runtime(tmp_path, name):
+    script = tmp_path / name
+    script.write_text(f"#!/bin/sh\necho {name} \"$@\" > {tmp_path}/argv\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_calls_other_than_create_skip_python_while_the_config_is_unchanged(tmp_path, fake_runc):
+    _needs_root()
+    config = _config(tmp_path, fake_runc)
+    _age(config)
+    bundle = _bundle(tmp_path, ["PATH=/bin"])
+    assert run_shim(["create", "--bundle", str(bundle), "c1"], config).returncode == 0
+    # Same mtime, different bytes: only the shell front can still take the recorded runtime
+    # without the warning that Python gives for a broken config.
+    mtime = os.stat(config).st_mtime_ns
+    with open(config, "w") as f:
+        f.write("[nvidia-container-runtime\n")
+    os.utime(config, ns=(mtime, mtime))
+    for args in (["--root", "/r", "start", "c1"], ["delete", "--force", "c1"], ["--version"]):
+        r = run_shim(args, config)
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+        assert (tmp_path / "argv").read_text().split() == args
+
+
+@pytest.mark.parametrize("age", [60, 0])  # an old config (cached), one written just now (never cached)
+def test_an_edited_runtimes_list_takes_effect_on_the_very_next_call(tmp_path, age):
+    _needs_root()
+    old, new = _recording_runtime(tmp_path, "old-runc"), _recording_runtime(tmp_path, "new-runc")
+    config = _config(tmp_path, old)
+    _age(config, age)
+    bundle = _bundle(tmp_path, ["PATH=/bin"])
+    assert run_shim(["create", "--bundle", str(bundle), "c1"], config).returncode == 0
+    assert run_shim(["state", "c1"], config).returncode == 0
+    assert (tmp_path / "argv").read_text().split() == ["old-runc", "state", "c1"]
+    _config(tmp_path, new)
+    for args in (["state", "c1"], ["delete", "c1"], ["--version"]):
+        r = run_shim(args, config)
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "argv").read_text().split() == ["new-runc", *args]
+
+
+def test_a_broken_config_keeps_the_runtime_its_containers_were_created_with(tmp_path, fake_runc):
+    _needs_root()
     config = _config(tmp_path, fake_runc)
     bundle = _bundle(tmp_path, ["PATH=/bin"])
     assert run_shim(["create", "--bundle", str(bundle), "c1"], config).returncode == 0
-    # With the config now broken, Python would refuse; the shell front execs the runtime directly,
-    # so a container can still be started and deleted.
     with open(config, "w") as f:
         f.write("[nvidia-container-runtime\n")
-    for args in (["--root", "/r", "start", "c1"], ["delete", "--force", "c1"], ["--version"]):
+    for args in (["create", "--bundle", str(bundle), "c2"], ["start", "c1"], ["delete", "--force", "c1"]):
         r = run_shim(args, config)
         assert r.returncode == 0, r.stderr
         assert (tmp_path / "argv").read_text().split() == args
-    r = run_shim(["create", "--bundle", str(bundle), "c2"], config)
-    assert r.returncode == 1 and "invalid TOML" in r.stderr
+        assert r.stderr == (f"nvidia-container-runtime: warning: {config}: invalid TOML: line 1, column 26: "
+                            f"{r.stderr.split('column 26: ')[1].split(';')[0]}; running {fake_runc} "
+                            "without GPU support\n")

@@ -1,0 +1,54 @@
+"""The low-level runtime cache the sh front reads: stamps, untrusted lines, unsafe directories."""
+
+import os
+
+import pytest
+
+
+def _cache_in(tmp_path, monkeypatch, mode):
+    from nvct import lowlevel
+
+    directory = tmp_path / "nvct"
+    directory.mkdir()
+    directory.chmod(mode)
+    monkeypatch.setattr(lowlevel, "CACHE_DIR", str(directory))
+    monkeypatch.setattr(lowlevel, "CACHE", str(directory / "runtimes"))
+    monkeypatch.setattr(lowlevel, "STAMPS", str(directory / "stamps"))
+    return lowlevel, directory / "runtimes"
+
+
+def test_the_runtime_cache_records_the_config_mtime_in_a_root_only_stamp(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the runtime cache is root-only)")
+    lowlevel, cache = _cache_in(tmp_path, monkeypatch, 0o700)
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    os.utime(config, ns=(10**18, 10**18))
+    lowlevel.remember(str(config), "/usr/sbin/runc", lowlevel.stamp(str(config)))
+    [line] = cache.read_text().splitlines()
+    key, runtime, stamp = line.split("\t")
+    assert (key, runtime) == (str(config), "/usr/sbin/runc")
+    st = os.lstat(stamp)
+    assert st.st_mtime_ns == 10**18 and st.st_uid == 0 and st.st_mode & 0o777 == 0o600
+    assert lowlevel.last_known(str(config)) == "/usr/sbin/runc"
+
+
+def test_a_config_written_just_now_is_recorded_untrusted(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the runtime cache is root-only)")
+    lowlevel, cache = _cache_in(tmp_path, monkeypatch, 0o700)
+    config = tmp_path / "config.toml"
+    config.write_text("")  # its mtime may still change within the clock's granularity
+    lowlevel.remember(str(config), "/usr/sbin/runc", lowlevel.stamp(str(config)))
+    assert cache.read_text() == f"{config}\t/usr/sbin/runc\t!\n"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
+def test_a_cache_in_a_directory_others_may_write_is_removed_not_used(tmp_path, monkeypatch, mode):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the runtime cache is root-only)")
+    lowlevel, cache = _cache_in(tmp_path, monkeypatch, mode)
+    cache.write_text("/etc/config.toml\t/tmp/evil\t-\n")
+    lowlevel.remember("/etc/config.toml", "/usr/sbin/runc", None)
+    assert not cache.exists()
+    assert lowlevel.last_known("/etc/config.toml") is None
