@@ -8,7 +8,8 @@
 2. Import time of each entry point (``python -X importtime``), against ``python -c pass``.
 3. The shim in passthrough (``--version`` and ``create`` of a non-GPU container) against runc.
 4. create -> start -> delete through the shim against plain runc, interleaved: no GPU; jit-cdi,
-   legacy and cdi mode (a YAML spec) on 8 GPUs; jit-cdi and cdi mode on 64 GPUs. Every run
+   legacy and cdi mode (a YAML spec) on 8 GPUs; jit-cdi and cdi mode on 64 GPUs; the hook as
+   docker --gpus runs it (a prestart hook in a plain spec, plain runc) on 8 GPUs. Every run
    starts from the pristine config.json and /etc/ld.so.cache, as a fresh container would.
 5. ``nvct cdi generate`` for 8 and 64 GPUs as fresh processes, interleaved with ``python -I -c pass``.
 6. podman with the packaged hooks.d hook (hooks/oci-nvidia-hook.json, our program) against podman
@@ -346,6 +347,13 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
         bundle = make_bundle(os.path.join(work, name), make_rootfs(work, name=f"rootfs-{name}"),
                              ["true"], env=[f"NVIDIA_VISIBLE_DEVICES={devices}"])
         cases[name] = Case([SHIM], bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=cfg))
+    # docker --gpus: the hook in a plain spec under plain runc, no shim (issue 11's figure).
+    hook = {"path": os.path.join(BIN, "nvidia-container-runtime-hook"),
+            "args": ["nvidia-container-runtime-hook", "prestart"],
+            "env": [f"NVIDIA_CTK_CONFIG_FILE_PATH={nodes['8gpu']['config']}", "PATH=/usr/bin:/bin"]}
+    cases["gpus-hook_8gpu"] = Case([RUNC], make_bundle(
+        os.path.join(work, "gpus-hook"), make_rootfs(work, name="rootfs-gpus-hook"), ["true"],
+        env=["NVIDIA_VISIBLE_DEVICES=all"], hooks={"prestart": [hook]}))
     for name, toolkit in toolkits.items():  # their configs: the 8-GPU node, jit-cdi
         bundle = make_bundle(os.path.join(work, f"{name}-jit"), make_rootfs(work, name=f"rootfs-{name}"),
                              ["true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
