@@ -98,7 +98,7 @@ def _spaced_version(text: str, pos: int) -> str | None:
 
 
 def _numbered(name: str, prefix: str) -> int | None:
-    """``^<prefix>(\d+)$``: the number, or None (``$`` also matches before a final newline)."""
+    """``^<prefix>(\\d+)$``: the number, or None (``$`` also matches before a final newline)."""
     if not name.startswith(prefix):
         return None
     digits = name[len(prefix):]
