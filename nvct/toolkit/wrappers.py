@@ -10,16 +10,25 @@ under the proc root (``$NVCT_PROC_ROOT``, else the installed one), or, for
 the real ``/proc``, ``/sys/module/nvidia`` -- and until it is, exec the
 low-level runtime directly, so a node whose driver is not up yet still runs
 containers (as the reference's wrappers do; they read ``/proc/modules``,
-which not every kernel has).
+which not every kernel has). After that, they carry the sh front's
+passthrough (the marked lines of ``nvct/scripts/nvidia-container-runtime``):
+every call but create/run goes to the low-level runtime the shim recorded
+for the installed config, without a Python start, exactly as the deb's
+front does. Where the GPU Operator makes ``nvidia`` the default runtime,
+that is every start, state, kill and delete of every pod on the node.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import Sequence, Union
 
+from nvct.errors import NvctError
 from nvct.toolkit.layout import Layout
 
+#: The lines of the sh front that :func:`passthrough` copies start and end with these.
+_PASSTHROUGH = ("# --- passthrough:", "# --- end of passthrough ---\n")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The interpreter: a path, or the argv that starts it (the bundled one: loader, --library-path, python).
 Python = Union[str, Sequence[str]]
@@ -39,14 +48,16 @@ def runtime_wrapper(layout: Layout, suffix: str, mode: str | None, *, python: Py
         f'is missing): running {_escape_dq(fallback)} directly" >&2\n',
         f'    exec {_q(fallback)} "$@"\n',
         "fi\n",
-        _exec(layout, layout.config(mode), "nvidia-container-runtime", layout.runtime(suffix), python),
+        _config(layout.config(mode)),
+        passthrough(),
+        _exec(layout, "nvidia-container-runtime", layout.runtime(suffix), python),
     ])
 
 
 def tool_wrapper(layout: Layout, program: str, *, python: Python) -> str:
     """One of :data:`nvct.toolkit.layout.TOOLS` (``program``), with the installed config."""
     path = layout.tool(program)
-    return _header(_name(path, layout), None) + _exec(layout, layout.config(), program, path, python)
+    return _header(_name(path, layout), None) + _config(layout.config()) + _exec(layout, program, path, python)
 
 
 def _header(name: str, mode: str | None) -> str:
@@ -55,9 +66,22 @@ def _header(name: str, mode: str | None) -> str:
             "# Runs nvct with the toolkit's own Python (see docs/installer.md).\n")
 
 
-def _exec(layout: Layout, config: str, program: str, self_path: str, python: Python) -> str:
-    return (f"export NVIDIA_CTK_CONFIG_FILE_PATH={_q(config)}\n"
-            f'export PATH={_q(layout.root)}:"${{PATH:-{DEFAULT_PATH}}}"\n'
+def passthrough() -> str:
+    """The sh front's lines that exec every call but create/run on the cached low-level runtime."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "nvidia-container-runtime")) as f:
+        text = f.read()
+    start, end = text.find(_PASSTHROUGH[0]), text.find(_PASSTHROUGH[1])
+    if start < 0 or end < start:
+        raise NvctError(f"{f.name}: the passthrough marks are missing (a broken nvct install?)")
+    return text[start:end + len(_PASSTHROUGH[1])]
+
+
+def _config(config: str) -> str:
+    return f"export NVIDIA_CTK_CONFIG_FILE_PATH={_q(config)}\n"
+
+
+def _exec(layout: Layout, program: str, self_path: str, python: Python) -> str:
+    return (f'export PATH={_q(layout.root)}:"${{PATH:-{DEFAULT_PATH}}}"\n'
             f'export LD_LIBRARY_PATH={_q(layout.lib_dir)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
             f'exec {interpreter(python)} -I {_q(layout.entry)} {program} {_q(self_path)} "$@"\n')
 

@@ -8,6 +8,8 @@ whether the kernel module is loaded.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -106,3 +108,28 @@ def test_paths_with_shell_metacharacters_are_quoted(tmp_path):
     check = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert "'/opt/run c'" in text and "it'\"'\"'s $(here)" in text
+
+
+def _execs(path: str, *args: str) -> list:
+    """The programs that a run of ``path`` execs, through strace."""
+    trace = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-e", "signal=none", path, *args],
+                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60, check=False)
+    return [line.split('"')[1] for line in trace.stderr.splitlines() if "execve(" in line and "= 0" in line]
+
+
+def test_once_the_shim_recorded_the_runtime_other_calls_start_no_python(installed):
+    if not shutil.which("strace"):
+        pytest.skip("needs strace (scripts/setup.sh installs it)")
+    layout, proc, record = installed
+    (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
+    old = os.stat(layout.config()).st_mtime - 60
+    os.utime(layout.config(), (old, old))  # a config just written is not trusted yet (nvct.lowlevel._RACY_NS)
+    _run(layout.runtime(), "state", "x")  # through Python: records the runtime for the installed config
+    _calls(record)
+    execs = _execs(layout.runtime(), "state", "y")
+    assert _calls(record) == [f"{layout.config()}|state y"]
+    assert execs[0] == layout.runtime() and len(execs) == 2, execs  # the wrapper, then the runtime
+    assert "python" not in execs[1]
+    os.utime(layout.config(), None)  # an edited config goes through Python again, which re-records
+    assert any("python" in p or "ld-linux" in p for p in _execs(layout.runtime(), "state", "z")[1:])
+    assert _calls(record) == [f"{layout.config()}|state z"]
