@@ -9,6 +9,11 @@ used only when the file's bytes are exactly those, so no change to a file
 Entries are ``marshal`` data: built in, so reading one imports nothing. They
 are read and written only by root, from a directory that root owns and nobody
 else can enter; elsewhere nothing is cached and the file is parsed each time.
+
+There is one entry per file path. Paths come and go (the k8s DRA driver
+writes a CDI spec per claim), and /run is memory, so a directory holding more
+than :data:`MAX_ENTRIES` entries loses its oldest half whenever an entry is
+written (a cache miss, never on the hit path).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
 ROOT = "/run/nvct"
+MAX_ENTRIES = 256
 
 
 def parse_cached(raw: bytes, path: str, kind: str, parse: Callable[[bytes], Any]) -> Any:
@@ -47,6 +53,7 @@ def parse_cached(raw: bytes, path: str, kind: str, parse: Callable[[bytes], Any]
             with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
                 f.write(blob)
             os.replace(tmp, entry)
+            _trim(os.path.dirname(entry), entry)
         except (OSError, ValueError):  # ValueError: a value marshal cannot hold (a TOML date)
             try:
                 os.unlink(tmp)
@@ -69,6 +76,20 @@ def _entry(path: str, kind: str) -> str | None:
         return None
     name = os.path.abspath(path).replace("%", "%25").replace("/", "%")
     return os.path.join(directory, name[-200:] + ".marshal")
+
+
+def _trim(directory: str, keep: str) -> None:
+    """Keep the newest half of ``directory``'s entries (and ``keep``) once it holds more than MAX_ENTRIES."""
+    with os.scandir(directory) as it:
+        entries = [e for e in it if e.name.endswith(".marshal") and e.path != keep]
+    if len(entries) < MAX_ENTRIES:
+        return
+    entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns)
+    for e in entries[:len(entries) - MAX_ENTRIES // 2]:
+        try:
+            os.unlink(e.path)
+        except OSError:
+            pass
 
 
 def _root_only_dir(st: os.stat_result) -> bool:

@@ -81,3 +81,16 @@ def test_parse_errors_propagate_and_leave_no_entry(root):
     with pytest.raises(ValueError):
         parsecache.parse_cached(b"x", "/etc/x.yaml", "t", parse)
     assert os.listdir(root / "t-cache") == []
+
+
+def test_entries_of_files_that_came_and_went_do_not_pile_up(root, monkeypatch):
+    """One spec per DRA claim: a busy node sees endless paths; /run is memory."""
+    monkeypatch.setattr(parsecache, "MAX_ENTRIES", 8)
+    for n in range(30):
+        parsecache.parse_cached(b"x", f"/var/run/cdi/claim-{n}.json", "t", lambda raw: n)
+    names = os.listdir(root / "t-cache")
+    assert len(names) <= 8
+    assert "%var%run%cdi%claim-29.json.marshal" in names  # the newest stays
+    parse, calls = _counting(0)
+    parsecache.parse_cached(b"x", "/var/run/cdi/claim-29.json", "t", parse)
+    assert calls == []
