@@ -47,6 +47,8 @@ def select(ids: tuple[str, ...], driver: Driver, *, default_kind: str = "nvidia.
                     _add(migs, (gpu, mig))
             continue
         found = _find(ident, driver)
+        if found is None and not driver.gpus:
+            driver.version  # no module loaded: say so (DriverError), as "all" does
         if found is None:
             raise RequestError(f"{what}: unknown device {raw!r} ({_describe(driver)})")
         logger.debug("%s: %r is %s", what, raw, _name(found))
@@ -134,5 +136,5 @@ def _describe(driver: Driver) -> str:
     migs = sum(len(g.migs) for g in driver.gpus)
     text = f"this node has GPUs 0-{n - 1}" if n > 1 else "this node has GPU 0"
     if migs:
-        text += f" and {migs} MIG device(s); see 'nvct list'"
-    return text
+        text += f" and {migs} MIG device(s)"
+    return text + "; 'nvct info' lists their indices and UUIDs"

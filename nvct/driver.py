@@ -291,6 +291,9 @@ class Driver:
     def _cache_entries(self):
         from nvct import ldcache
 
+        if not os.path.isdir(self.driver_root):
+            raise DriverError(f"nvidia-container-cli.root: the driver root {self.driver_root} does not exist; set it "
+                              "to the directory the driver is installed in")
         entries = ldcache.load(self.ldcache_path)
         logger.debug("read %s: %d entries", self.ldcache_path, len(entries))
         return entries

@@ -45,6 +45,9 @@ class MigInstance(Record):
 def driver_version(root: str) -> str:
     """The kernel module's version from ``driver/nvidia/version``."""
     path = os.path.join(root, "driver/nvidia/version")
+    if not os.path.exists(path):
+        raise DriverError(f"{path}: not found: the NVIDIA driver is not loaded "
+                          "(load its kernel module: modprobe nvidia)")
     text = _read(path)
     version = _kernel_module_version(text)
     if not version:

@@ -218,7 +218,17 @@ def _requested_devices(env, config, privileged, mounts, annotations, legacy):
         logger.warning("ignoring %s in unprivileged container "
                        "(accept-nvidia-visible-devices-envvar-when-unprivileged = false)", "/".join(names))
         return None, "env"
+    if any(d.rstrip("/") == DEVICE_LIST_ROOT or d.startswith(DEVICE_LIST_ROOT + "/") for d in devices):
+        raise RequestError(_device_list_as_mounts("/".join(names), config))
     return devices, "env"
+
+
+def _device_list_as_mounts(var: str, config) -> str:
+    """The plugin's volume-mounts strategy put the device list's directory into the env."""
+    said = f"{var}={DEVICE_LIST_ROOT} means the GPUs are listed as volume mounts"
+    if not config.get("accept-nvidia-visible-devices-as-volume-mounts"):
+        return f"{said}, which this config ignores: set accept-nvidia-visible-devices-as-volume-mounts = true"
+    return f"{said}, but the container has no volume mount under {DEVICE_LIST_ROOT}"
 
 
 #: CDI vendors whose devices only a privileged container (CAP_SYS_ADMIN) may name:

@@ -19,7 +19,7 @@ def test_driver_version_proprietary_and_open_module(fs):
 
 
 def test_missing_module_names_the_file(fs):
-    with pytest.raises(DriverError, match=r"^/p/driver/nvidia/version: not found \(is the NVIDIA kernel module loaded\?\)$"):
+    with pytest.raises(DriverError, match=r"^/p/driver/nvidia/version: not found: the NVIDIA driver is not loaded \(load its kernel module: modprobe nvidia\)$"):
         procfs.driver_version("/p")
 
 

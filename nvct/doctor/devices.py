@@ -57,6 +57,9 @@ def expected_nodes(ctx: Context) -> list:
 
 def check_nodes(ctx: Context):
     nodes = _nodes_or_skip(ctx)
+    if nodes is not None and ctx.missing_root("dev"):
+        yield ctx.skipped("devices.nodes", ctx.missing_root("dev"))
+        return
     if nodes is None:
         yield ctx.skipped("devices.nodes", "no kernel module or no device majors (see driver.module)")
         return
@@ -85,6 +88,9 @@ def check_nodes(ctx: Context):
 
 def check_modes(ctx: Context):
     nodes = _nodes_or_skip(ctx)
+    if nodes is not None and ctx.missing_root("dev"):
+        yield ctx.skipped("devices.modes", ctx.missing_root("dev"))
+        return
     if nodes is None:
         yield ctx.skipped("devices.modes", "no device nodes (see devices.nodes)")
         return
@@ -112,6 +118,9 @@ def check_char_links(ctx: Context):
     nodes = _nodes_or_skip(ctx)
     if nodes is None:
         yield ctx.skipped("devices.char-links", "no device nodes (see devices.nodes)")
+        return
+    if ctx.missing_root("dev"):
+        yield ctx.skipped("devices.char-links", ctx.missing_root("dev"))
         return
     char_dir = ctx.driver.dev_host_path("/dev/char")
     absent = [n for n in nodes if os.path.exists(n.host_path) and not _links_to(char_dir, n, ctx.driver.dev_root)]

@@ -81,6 +81,9 @@ def check_nvml(ctx: Context):
     if ctx.version is None:
         yield ctx.skipped("driver.nvml", "no driver version (see driver.module)")
         return
+    if ctx.missing_root("driver"):  # NVML is loaded from the driver root
+        yield ctx.skipped("driver.nvml", ctx.missing_root("driver"))
+        return
     try:
         with ctx.driver.nvml() as nvml:
             nvml_version = nvml.driver_version()

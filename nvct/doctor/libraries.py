@@ -63,6 +63,9 @@ def check_ldcache(ctx: Context):
     if ctx.driver is None:
         yield ctx.skipped("libraries.ldcache", "nvct's config does not load (see config.file)")
         return
+    if ctx.ldcache is None and ctx.missing_root("driver"):
+        yield ctx.skipped("libraries.ldcache", ctx.missing_root("driver"))
+        return
     if ctx.ldcache is None:
         yield fail("libraries.ldcache", ctx.ldcache_error, _ldconfig(ctx))
         return

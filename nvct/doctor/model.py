@@ -178,3 +178,18 @@ class Context:
 
     def skipped(self, id: str, why: str) -> Finding:
         return info(id, f"not checked: {why}")
+
+    def missing_root(self, which: str) -> str | None:
+        """Why checks that look under the ``driver`` or ``dev`` root cannot run, or None.
+
+        A root that does not exist is one fault (``config.roots`` fails with the
+        fix); the checks that depend on it report ``info`` instead of failing
+        again with fixes aimed at the wrong directory.
+        """
+        if self.driver is None:
+            return None
+        key = {"driver": "nvidia-container-cli.root", "dev": "nvct.dev-root"}[which]
+        root = self.driver.driver_root if which == "driver" else self.driver.dev_root
+        if os.path.isdir(root):
+            return None
+        return f"the {which} root {root} ({key}) does not exist (see config.roots)"

@@ -108,3 +108,22 @@ def test_doctor_runs_in_under_a_second(nvct, node):
         times.append(time.monotonic() - start)
         assert result.returncode == 0, result.stdout
     assert min(times) < 1.0, times
+
+
+def test_a_wrong_driver_root_fails_once_and_the_checks_that_need_it_say_why_they_were_skipped(nvct, node):
+    wrong = os.path.join(node.tmp, "run/nvidia/driver")
+    with open(node.config) as f:
+        text = f.read()
+    with open(node.config, "w") as f:
+        f.write(text.replace(f'root = "{node.dir}"', f'root = "{wrong}"'))  # the driver and dev roots
+    result = _doctor(nvct, node)
+    assert result.returncode == 1
+    lines = {line.split()[1]: line for line in result.stdout.splitlines()[:-1]}
+    failed = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("fail")]
+    assert failed == ["config.roots", "config.roots"]
+    driver_root = f"the driver root {wrong} (nvidia-container-cli.root) does not exist (see config.roots)"
+    dev_root = f"the dev root {wrong} (nvct.dev-root) does not exist (see config.roots)"
+    for check, why in (("driver.nvml", driver_root), ("libraries.ldcache", driver_root),
+                       ("devices.nodes", dev_root), ("devices.modes", dev_root), ("devices.char-links", dev_root)):
+        status, _, seen = lines[check].split(None, 2)
+        assert (status, seen) == ("info", f"not checked: {why}")
