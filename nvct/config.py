@@ -9,9 +9,9 @@ Lookup order: an explicit path, ``$NVIDIA_CTK_CONFIG_FILE_PATH``,
 built-in defaults. A missing file means the defaults; a malformed one is an
 error that names the file and the line.
 
-nvct's own keys live in ``[nvct]``: ``dev-root`` and ``proc-root`` (see
-docs/configuration.md), with ``NVCT_DRIVER_ROOT``, ``NVCT_DEV_ROOT`` and
-``NVCT_PROC_ROOT`` overriding the file.
+nvct's own keys live in ``[nvct]``: ``dev-root`` (default: the driver root,
+the reference's rule) and ``proc-root`` (see docs/configuration.md), with
+``NVCT_DRIVER_ROOT``, ``NVCT_DEV_ROOT`` and ``NVCT_PROC_ROOT`` overriding the file.
 """
 
 from __future__ import annotations
@@ -109,7 +109,17 @@ class Config:
 
     @property
     def dev_root(self) -> str:
-        return self._env.get("NVCT_DEV_ROOT") or self.get("nvct.dev-root") or "/"
+        """Where ``dev/nvidia*`` are: as in the reference, the driver root unless set on its own."""
+        return self._env.get("NVCT_DEV_ROOT") or self.get("nvct.dev-root") or self.driver_root
+
+    @property
+    def dev_root_source(self) -> str:
+        """Why :attr:`dev_root` is what it is (``nvct doctor`` says it)."""
+        if self._env.get("NVCT_DEV_ROOT"):
+            return "set by NVCT_DEV_ROOT"
+        if self.get("nvct.dev-root"):
+            return "set by nvct.dev-root"
+        return "the driver root, as nvct.dev-root is not set"
 
     @property
     def proc_root(self) -> str:

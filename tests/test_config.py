@@ -60,6 +60,19 @@ def test_roots_from_file_and_env_overrides(fs):
     assert (c.driver_root, c.dev_root, c.proc_root) == ("/x", "/y", "/z")
 
 
+def test_dev_root_is_the_driver_root_unless_set(fs):
+    """The reference's rule: /dev nodes are looked for under the driver root (the GPU Operator's layout)."""
+    fs.create_file("/c.toml", contents='[nvidia-container-cli]\nroot = "/run/nvidia/driver"\n')
+    c = config.load("/c.toml", env={})
+    assert (c.dev_root, c.dev_root_source) == ("/run/nvidia/driver", "the driver root, as nvct.dev-root is not set")
+    assert config.load("/c.toml", env={"NVCT_DRIVER_ROOT": "/x"}).dev_root == "/x"
+    c = config.load("/c.toml", env={"NVCT_DEV_ROOT": "/"})
+    assert (c.dev_root, c.dev_root_source) == ("/", "set by NVCT_DEV_ROOT")
+    fs.create_file("/d.toml", contents='[nvidia-container-cli]\nroot = "/run/nvidia/driver"\n[nvct]\ndev-root = "/"\n')
+    c = config.load("/d.toml", env={})
+    assert (c.driver_root, c.dev_root, c.dev_root_source) == ("/run/nvidia/driver", "/", "set by nvct.dev-root")
+
+
 def test_reference_config_file_is_accepted(fs):
     # The file NVIDIA's packages install, verbatim keys.
     fs.create_file("/c.toml", contents='''

@@ -53,7 +53,7 @@ _TOOLKIT = [
     _opt("--driver-root-ctr-path", "driver_root_ctr_path", metavar="DIR", env="DRIVER_ROOT_CTR_PATH",
          help="Where the installer sees the driver root (default: --host-root for /, else the same path)."),
     _opt("--dev-root", "dev_root", default="", metavar="DIR", env=["NVIDIA_DEV_ROOT", "DEV_ROOT"],
-         help="The root of the host's /dev (default /; the driver container keeps its nodes in the host's /dev)."),
+         help="The root of the host's /dev (default: --driver-root, as the reference's NVIDIA_DEV_ROOT)."),
     _opt("--dev-root-ctr-path", "dev_root_ctr_path", metavar="DIR", env="DEV_ROOT_CTR_PATH",
          help="Where the installer sees the dev root (default: --host-root for /, else the same path)."),
     _opt("--proc-root", "proc_root", default="", metavar="DIR", env="NVCT_PROC_ROOT",

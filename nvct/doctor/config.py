@@ -43,8 +43,23 @@ def check_roots(ctx: Context):
             yield fail("config.roots", f"{what} {root} ({key}) has no {inside}/",
                        ctx.set_command(key, "<directory>"))
     if not bad:
-        yield ok("config.roots", f"driver root {config.driver_root}, dev root {config.dev_root}, "
-                 f"proc root {config.proc_root}")
+        yield ok("config.roots", f"driver root {config.driver_root}, dev root {config.dev_root} "
+                 f"({config.dev_root_source}), proc root {config.proc_root}{_other_dev(ctx, config.dev_root)}")
+
+
+def _other_dev(ctx: Context, dev_root: str) -> str:
+    """A note when the host's /dev also holds the NVIDIA nodes, which nvct then does not use."""
+    from nvct.doctor import devices
+
+    if os.path.normpath(dev_root) == os.path.normpath(devices.HOST_ROOT) or ctx.driver is None:
+        return ""
+    try:
+        control = ctx.driver.control_nodes()[:1]
+    except NvctError:
+        return ""
+    if not control or not devices.in_host_dev(control):
+        return ""
+    return "; the host's /dev also holds NVIDIA nodes, which nvct does not use (see docs/configuration.md)"
 
 
 def check_runtimes(ctx: Context):

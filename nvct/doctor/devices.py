@@ -76,8 +76,9 @@ def check_nodes(ctx: Context):
     if missing:
         yield fail("devices.nodes",
                    f"{len(missing)} of {len(nodes)} device nodes missing under {root}: "
-                   f"{_some(n.path for n in missing)} (containers get no GPU)",
-                   _mknod_commands(missing))
+                   f"{_some(n.path for n in missing)} (containers get no GPU; "
+                   f"dev root: {ctx.config.dev_root_source})",
+                   _in_host_dev_fix(ctx, missing) or _mknod_commands(missing))
     for node, seen in wrong:
         yield fail("devices.nodes", f"{node.host_path} is {seen}, expected c {node.major}:{node.minor}",
                    f"rm {node.host_path} && " + _mknod_commands([node]))
@@ -199,6 +200,29 @@ def _describe(st: os.stat_result) -> str:
     if stat.S_ISDIR(st.st_mode):
         return "a directory"
     return "a regular file" if stat.S_ISREG(st.st_mode) else "not a device"
+
+
+#: The host's root, whose /dev nvct does not use when the dev root is elsewhere (tests move it).
+HOST_ROOT = "/"
+
+
+def in_host_dev(nodes) -> bool:
+    """Whether the host's /dev holds every node, with the right major and minor."""
+    for node in nodes:
+        try:
+            st = os.stat(os.path.join(HOST_ROOT, node.path.lstrip("/")))
+        except OSError:
+            return False
+        if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (node.major, node.minor):
+            return False
+    return True
+
+
+def _in_host_dev_fix(ctx: Context, missing) -> str | None:
+    """With another dev root, nodes that are all in the host's /dev: point nvct there instead."""
+    if os.path.normpath(ctx.driver.dev_root) == os.path.normpath(HOST_ROOT) or not in_host_dev(missing):
+        return None
+    return ctx.set_command("nvct.dev-root", "/") + " (the nodes are in the host's /dev)"
 
 
 def _mknod_commands(nodes) -> str:

@@ -175,7 +175,7 @@ class Installation:
         vendor, cls = names.split_kind(opts.cdi_kind)
         driver = Driver(opts.driver_root_ctr_path, opts.dev_root_ctr_path, opts.proc_root or "/proc")
         raw = generate.generate(driver, hook_path=self.layout.nvct, vendor=vendor, cls=cls, mode="management")
-        moves = {opts.driver_root_ctr_path: opts.driver_root, opts.dev_root_ctr_path: opts.dev_root or "/"}
+        moves = {opts.driver_root_ctr_path: opts.driver_root, opts.dev_root_ctr_path: opts.effective_dev_root}
         for seen, host in moves.items():
             if os.path.normpath(seen) != os.path.normpath(host):
                 transform.transform_root(raw, seen, host)

@@ -47,7 +47,7 @@ class Options:
     # --- the installed config.toml ---
     driver_root: str = DEFAULT_DRIVER_ROOT
     driver_root_ctr_path: str | None = None
-    dev_root: str = ""
+    dev_root: str = ""  # empty: the driver root
     dev_root_ctr_path: str | None = None
     proc_root: str = ""
     runtime_mode: str | None = None
@@ -98,6 +98,11 @@ class Options:
         return ENGINE_DEFAULTS[self.runtime][3]
 
     @property
+    def effective_dev_root(self) -> str:
+        """The host's dev root: ``--dev-root``, else the driver root (the reference's rule)."""
+        return self.dev_root or self.driver_root
+
+    @property
     def bundled(self) -> bool:
         """The wrappers run the toolkit's own Python (not a host python3)."""
         return self.python in ("", BUNDLED_PYTHON)
@@ -131,7 +136,9 @@ class Options:
         if not os.path.isdir(out.host_root or "/"):
             out.host_root = "/"  # not in a container, or the host's root is not mounted
         out.driver_root_ctr_path = self.driver_root_ctr_path or out.seen_from_here(self.driver_root)
-        out.dev_root_ctr_path = self.dev_root_ctr_path or out.seen_from_here(self.dev_root or "/")
+        # No --dev-root: the driver root, as the reference's NVIDIA_DEV_ROOT (the config leaves it unset).
+        out.dev_root_ctr_path = self.dev_root_ctr_path or (
+            out.seen_from_here(self.dev_root) if self.dev_root else out.driver_root_ctr_path)
         if out.enable_cdi_in_runtime is None:
             out.enable_cdi_in_runtime = self.cdi_enabled
         out._check()

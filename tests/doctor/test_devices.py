@@ -93,3 +93,43 @@ def test_a_node_built_without_device_nodes_fails_nodes_and_nvml(tmp_path):
     bare = GpuNode(tmp_path, device_nodes=False, mig=False)
     failed = {f.id for f in problems(bare.doctor())}
     assert {"devices.nodes", "driver.nvml", "cdi.fresh"} <= failed
+
+
+def _without_dev_root(node) -> None:
+    """The GPU Operator's config: only the driver root; the dev root follows it."""
+    with open(node.config) as f:
+        text = f.read()
+    write(node.config, text.replace(f'dev-root = "{node.dir}"\n', ""))
+
+
+def test_nodes_only_in_the_host_dev_say_to_set_the_dev_root(node, tmp_path, monkeypatch):
+    """Dev root = driver root (no nvct.dev-root), nodes only in the host's /dev: the fix points nvct there."""
+    from nvct.doctor import devices
+
+    _without_dev_root(node)
+    host = tmp_path / "host"
+    host.mkdir()
+    os.rename(node.path("dev"), host / "dev")  # the nodes are in the host's /dev only
+    os.makedirs(node.path("dev"))
+    monkeypatch.setattr(devices, "HOST_ROOT", str(host))
+    nodes = one(node.doctor(), "devices.nodes")
+    assert nodes.status == "fail"
+    assert nodes.seen.endswith("(containers get no GPU; dev root: the driver root, as nvct.dev-root is not set)")
+    assert nodes.fix == f"nvct config -c {node.config} --set nvct.dev-root=/ -i (the nodes are in the host's /dev)"
+
+
+def test_nodes_in_both_roots_the_driver_roots_are_used_and_doctor_says_so(node, tmp_path, monkeypatch):
+    from nvct.doctor import devices
+
+    _without_dev_root(node)
+    host = tmp_path / "host"
+    host.mkdir()
+    subprocess.run(["cp", "-a", node.path("dev"), str(host / "dev")], check=True)  # the same nodes in both
+    monkeypatch.setattr(devices, "HOST_ROOT", str(host))
+    findings = node.doctor()
+    roots = one(findings, "config.roots")
+    assert roots.status == "ok"
+    assert roots.seen == (f"driver root {node.dir}, dev root {node.dir} (the driver root, as nvct.dev-root is not "
+                          f"set), proc root {node.path('proc')}; the host's /dev also holds NVIDIA nodes, which "
+                          "nvct does not use (see docs/configuration.md)")
+    assert one(findings, "devices.nodes").status == "ok"

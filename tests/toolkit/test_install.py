@@ -210,6 +210,22 @@ def test_cdi_enabled_writes_a_management_spec_and_control_nodes(tmp_path, sim_no
     assert (dev / "dev" / "nvidiactl").is_char_device()  # nodes belong to the node: they stay
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a simulated node's device nodes)")
+def test_without_dev_root_the_driver_root_holds_the_nodes(tmp_path, sim_node):
+    """The GPU Operator's layout: no --dev-root, nodes under the driver root (the reference's NVIDIA_DEV_ROOT)."""
+    roots = sim_node["roots"]
+    opts = _options(tmp_path, cdi_enabled=True, cdi_output_dir=str(tmp_path / "cdi"),
+                    driver_root=roots["driver_root"], proc_root=roots["proc_root"])
+    _install(opts)
+    layout = Layout.for_install_dir(opts.install_dir)
+    installed = nvct_config.load(layout.config(), env={})
+    assert installed.get("nvct.dev-root") == "" and installed.dev_root == roots["driver_root"]
+    spec = cdi_spec.read(str(tmp_path / "cdi" / "management.nvidia.com-gpu.yaml"))
+    nodes = [n for d in spec.raw["devices"] for n in d["containerEdits"]["deviceNodes"]]
+    assert nodes and {n["hostPath"] for n in nodes} >= {f"{roots['driver_root']}/dev/nvidiactl"}
+    assert all(n["hostPath"].startswith(roots["driver_root"] + "/dev/") for n in nodes)
+
+
 def test_options_are_checked_before_anything_is_done(tmp_path):
     with pytest.raises(ConfigError, match="--toolkit-install-dir: 'relative' is not an absolute path"):
         Options(install_dir="relative").resolved()
