@@ -44,13 +44,13 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     rootfs = rootfs or ocispec.rootfs(spec, bundle)
     if not config.get("nvidia-container-cli.no-cgroups"):
         cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
-    visible = [g for g in injection.selection_for(request, driver, config).all_parents()]
+    procfs = _procfs_view(request, driver, injection.selection_for(request, driver, config))
     compat = config.get("nvidia-container-runtime.modes.legacy.cuda-compat-mode") != "disabled"
-    namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, visible, spec, bundle, devbind, compat)
+    namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, procfs, spec, bundle, devbind, compat)
     return edits
 
 
-def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, visible, spec, bundle, devbind=True,
+def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bundle, devbind=True,
             compat=True) -> None:
     from nvct.hooks import steps
     from nvct.rootfs import Rootfs
@@ -61,7 +61,7 @@ def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, visible, spec, b
                        node.file_mode if node.file_mode is not None else 0o666, node.uid, node.gid)
         for mount in writable_last(edits.mounts):  # never a path for later targets
             _bind(root, mount)
-        _mask_procfs(root, driver, visible)
+        _mask_procfs(root, driver, procfs)
     ctx = HookContext(rootfs=rootfs, bundle=bundle, spec=spec)
     for hook in edits.hooks:
         args = list(hook.args)
@@ -84,26 +84,70 @@ def _bind(root, mount: Mount) -> None:
                     nosuid="nosuid" in opts, nodev="nodev" in opts, noexec="noexec" in opts)
 
 
-def _mask_procfs(root, driver: Driver, visible) -> None:
-    """Show only the visible GPUs under the container's /proc/driver/nvidia/gpus.
+#: The driver's own files that libnvidia-container copies into the container's /proc/driver/nvidia.
+_PROC_FILES = ("params", "version", "registry")
+_PROC_DRIVER = "/proc/driver/nvidia"
 
-    A container whose /proc has no driver/nvidia (a simulated node, or a host
-    without the module) is left as it is.
+
+def _procfs_view(request: Request, driver: Driver, selection) -> tuple[list, list[str]]:
+    """What of /proc/driver/nvidia the container sees, as libnvidia-container decides it.
+
+    The selected GPUs (MIG devices' parents included) under ``gpus/``; under
+    ``capabilities/``, the access files of the selected MIG devices, or with
+    NVIDIA_MIG_CONFIG_DEVICES/NVIDIA_MIG_MONITOR_DEVICES the whole directory
+    (config and monitor caps, every GPU's MIG tree), as the reference mounts it.
+    Returns (GPUs, capability paths relative to ``capabilities/``).
     """
-    gpus_dir = "/proc/driver/nvidia/gpus"
-    if not root.exists(gpus_dir):
+    if request.mig_config or request.mig_monitor:
+        return selection.all_parents(), [""]
+    caps = []
+    for gpu, mig in selection.migs:
+        gi = f"gpu{gpu.minor}/mig/gi{mig.gi}"
+        caps += [f"{gi}/access", f"{gi}/ci{mig.ci}/access"]
+    return selection.all_parents(), caps
+
+
+def _mask_procfs(root, driver: Driver, procfs) -> None:
+    """/proc/driver/nvidia as libnvidia-container leaves it: only what the container asked for.
+
+    A read-only tmpfs over it holds copies of params (with ``ModifyDeviceFiles: 0``),
+    version and registry, the selected GPUs' ``gpus/<bus>`` and the MIG capability
+    files (see :func:`_procfs_view`), each bound read-only from the proc root. Other
+    GPUs and their MIG capabilities, and ``capabilities/mig/{config,monitor}`` unless
+    asked for, are not there at all. A container whose /proc has no driver/nvidia
+    (a host without the module) is left as it is.
+    """
+    if not root.exists(_PROC_DRIVER):
         return
     from nvct import rootfs as rootfs_mod
 
-    host_gpus = os.path.join(driver.proc_root, "driver/nvidia/gpus")
-    root.mount_tmpfs(gpus_dir, "mode=0555")
-    for gpu in visible:
-        source = os.path.join(host_gpus, gpu.bus_id)
+    gpus, caps = procfs
+    host = os.path.join(driver.proc_root, "driver/nvidia")
+    files = {}
+    for name in _PROC_FILES:
+        try:
+            with open(os.path.join(host, name), "rb") as f:
+                data = f.read(1 << 20)
+            mode = os.stat(os.path.join(host, name)).st_mode & 0o444
+        except FileNotFoundError:
+            continue  # as the reference: a file this module lacks is skipped
+        if name == "params":
+            data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0")  # libcuda makes no nodes
+        files[name] = (data, mode)
+    root.mount_tmpfs(_PROC_DRIVER, "mode=0555")
+    for name, (data, mode) in files.items():
+        root.write_file(f"{_PROC_DRIVER}/{name}", data, mode)
+    flags = {"readonly": True, "nosuid": True, "nodev": True, "noexec": True}
+    for gpu in gpus:
+        source = os.path.join(host, "gpus", gpu.bus_id)
         if os.path.isdir(source):
-            root.bind_mount(source, f"{gpus_dir}/{gpu.bus_id}", readonly=True, nosuid=True,
-                            nodev=True, noexec=True, is_dir=True)
-    # Then the tmpfs itself goes read-only: the container cannot add GPUs back.
-    fd = root.open(gpus_dir)
+            root.bind_mount(source, f"{_PROC_DRIVER}/gpus/{gpu.bus_id}", is_dir=True, **flags)
+    for rel in caps:
+        source = os.path.join(host, "capabilities", rel)
+        if os.path.exists(source):
+            root.bind_mount(source, f"{_PROC_DRIVER}/capabilities/{rel}".rstrip("/"), **flags)
+    # Then the tmpfs itself goes read-only: the container cannot add anything back.
+    fd = root.open(_PROC_DRIVER)
     try:
         rootfs_mod.mount(None, f"/proc/self/fd/{fd}", None,
                          rootfs_mod.MS_REMOUNT | rootfs_mod.MS_RDONLY | rootfs_mod.MS_NOSUID

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mounts in
 
 def _mask_and_list(rootfs, driver, visible):
     with Rootfs(rootfs) as root:
-        realize._mask_procfs(root, driver, visible)
+        realize._mask_procfs(root, driver, (visible, []))
     gpus = os.path.join(rootfs, "proc/driver/nvidia/gpus")
     listing = sorted(os.listdir(gpus))
     info = {bus: open(os.path.join(gpus, bus, "information")).read() for bus in listing}
@@ -51,7 +51,7 @@ def test_container_without_proc_driver_nvidia_is_left_alone(tmp_path, sim_node):
 
     def run():
         with Rootfs(str(tmp_path / "rootfs")) as root:
-            realize._mask_procfs(root, driver, list(driver.gpus))
+            realize._mask_procfs(root, driver, (list(driver.gpus), []))
         return os.listdir(tmp_path / "rootfs/proc")
 
     assert in_private_mount_namespace(run) == []

@@ -88,11 +88,12 @@ def run_gpu(tmp_path, node: Mapping, rootfs: str, *, mode: str, runtime: str = "
             annotations: Mapping[str, str] | None = None, mounts: Sequence[Mapping] = (),
             extra_config: str = "", top_config: str = "", cli_config: str = "",
             name: str = "bundle", timeout: float = 60,
-            edit: Callable[[dict], None] | None = None) -> Result:
+            edit: Callable[[dict], None] | None = None, wrapper: Sequence[str] = ()) -> Result:
     """Run ``sh -c command`` with ``env`` in ``rootfs`` through the shim; the Result, ok or not.
 
     ``extra_config``/``top_config``/``cli_config``: see :func:`node_config`; ``edit``
-    changes the written config.json in place.
+    changes the written config.json in place; ``wrapper``: argv the shim runs under
+    (e.g. a private mount namespace).
     """
     config = node_config(tmp_path, node, mode=mode, runtime=RUNTIMES[runtime][0], extra=extra_config,
                          top=top_config, cli=cli_config)
@@ -102,7 +103,7 @@ def run_gpu(tmp_path, node: Mapping, rootfs: str, *, mode: str, runtime: str = "
     if edit is not None:
         with edit_config(bundle) as spec:
             edit(spec)
-    return run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config,
+    return run_container([*wrapper, SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config,
                                               "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
                          log_file=os.path.join(str(tmp_path), f"{name}.log.json"), timeout=timeout)
 

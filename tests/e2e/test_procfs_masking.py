@@ -1,0 +1,96 @@
+"""/proc/driver/nvidia in a real runc container: what libnvidia-container shows, nothing more.
+
+This machine's kernel has no NVIDIA module, so the shim runs in a private mount
+namespace whose /proc/driver is the simulated node's, and the container's /proc
+is that /proc (an rbind: runc allows it, as the source is procfs). The kernel's
+files are then the node's, as on a GPU host.
+
+Legacy mode masks as libnvidia-container does (a read-only tmpfs holding params,
+version, registry, the requested GPUs and the requested MIG devices' access
+files). jit-cdi and cdi mode leave /proc/driver/nvidia to the kernel, as the
+reference's CDI edits do (runc refuses spec mounts under /proc), masking only
+params.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.support.gpu_runs import need_runtime, run_gpu
+
+pytestmark = pytest.mark.containers
+
+SHOW = "cd /proc/driver/nvidia && find . | sort; grep ModifyDeviceFiles params; touch x 2>/dev/null && echo writable; true"
+
+
+def _private_proc(node) -> list[str]:
+    """The shim in a private mount namespace whose /proc/driver is the node's."""
+    return ["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+            'mount --bind "$0" /proc/driver && exec "$@"', os.path.join(node["roots"]["proc_root"], "driver")]
+
+
+def _host_proc(spec: dict) -> None:
+    spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/proc"]
+    spec["mounts"].insert(0, {"destination": "/proc", "type": "bind", "source": "/proc",
+                              "options": ["rbind", "nosuid", "nodev", "noexec"]})
+
+
+def _show(tmp_path, node, rootfs, mode, *env, privileged=False) -> list[str]:
+    need_runtime("runc")
+    result = run_gpu(tmp_path, node, rootfs, mode=mode, env=list(env), command=SHOW, privileged=privileged,
+                     wrapper=_private_proc(node), edit=_host_proc)
+    assert result.ok, result.describe()
+    return result.stdout.splitlines()
+
+
+def _gpu_files(node, *indexes) -> list[str]:
+    out = ["./gpus"]
+    for i in indexes:
+        bus = node["gpus"][i]["bus_id"]
+        out += [f"./gpus/{bus}", f"./gpus/{bus}/information", f"./gpus/{bus}/registry"]
+    return out
+
+
+def _mig_caps(node, gpu, mig) -> tuple[str, str]:
+    m = node["gpus"][gpu]["mig_devices"][mig]
+    gi = f"./capabilities/gpu{node['gpus'][gpu]['minor']}/mig/gi{m['gi']}"
+    return f"{gi}/access", f"{gi}/ci{m['ci']}/access"
+
+
+def test_legacy_shows_only_the_requested_gpus_and_no_mig_capabilities(tmp_path, sim_node, rootfs):
+    """NVIDIA_VISIBLE_DEVICES=1,3: GPU 0's MIG tree and mig/{config,monitor} are not there."""
+    assert sim_node["gpus"][0]["mig_devices"], "GPU 0 must have MIG devices for this test"
+    lines = _show(tmp_path, sim_node, rootfs, "legacy", "NVIDIA_VISIBLE_DEVICES=1,3")
+    files = [line for line in lines if line.startswith(".")]
+    assert files == sorted([".", "./params", "./registry", "./version", *_gpu_files(sim_node, 1, 3)])
+    assert "ModifyDeviceFiles: 0" in lines and "writable" not in lines
+
+
+def test_legacy_shows_a_mig_devices_own_access_files(tmp_path, sim_node, rootfs):
+    lines = _show(tmp_path, sim_node, rootfs, "legacy", "NVIDIA_VISIBLE_DEVICES=0:1")
+    caps = [line for line in lines if line.startswith("./capabilities")]
+    gi, ci = _mig_caps(sim_node, 0, 1)
+    shown = {gi, ci}
+    for path in (gi, ci):
+        while os.path.dirname(path) != ".":
+            path = os.path.dirname(path)
+            shown.add(path)
+    assert caps == sorted(shown)  # not the other MIG device's, not mig/{config,monitor}
+    assert [line for line in lines if line.startswith("./gpus")] == _gpu_files(sim_node, 0)
+
+
+def test_legacy_mig_config_shows_the_whole_capabilities_tree(tmp_path, sim_node, rootfs):
+    lines = _show(tmp_path, sim_node, rootfs, "legacy", "NVIDIA_VISIBLE_DEVICES=all",
+                  "NVIDIA_MIG_CONFIG_DEVICES=all", privileged=True)
+    assert {"./capabilities/mig/config", "./capabilities/mig/monitor", *_mig_caps(sim_node, 0, 0)} <= set(lines)
+
+
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_cdi_modes_leave_proc_to_the_kernel_as_the_reference(tmp_path, sim_node, rootfs, mode):
+    """The reference's CDI edits cannot mount under /proc either: every GPU's files stay visible."""
+    lines = _show(tmp_path, sim_node, rootfs, mode, "NVIDIA_VISIBLE_DEVICES=1,3")
+    assert set(_gpu_files(sim_node, *range(len(sim_node["gpus"])))) <= set(lines)
+    assert {"./capabilities/mig/config", *_mig_caps(sim_node, 0, 0)} <= set(lines)
+    assert "ModifyDeviceFiles: 0" in lines
