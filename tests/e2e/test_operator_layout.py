@@ -97,13 +97,16 @@ def test_doctor_says_which_dev_root_and_why(operator_node):
     assert f"dev root {root} (the driver root, as nvct.dev-root is not set)" in roots["seen"]
     nodes = findings["devices.nodes"]
     assert nodes["status"] == "ok" and f"device nodes under {root} with the right majors" in nodes["seen"]
+    node_checks = ("config.", "driver.", "devices.", "libraries.")  # not the engines: those are this host's
+    assert [f for f in findings.values() if f["id"].startswith(node_checks) and f["status"] == "fail"] == []
 
 
 @pytest.mark.containers
 @pytest.mark.parametrize("mode", ["jit-cdi", "legacy"])  # cdi mode: channels are CDI devices, not env
-def test_a_container_gets_its_gpus_and_an_imex_channel(operator_node, tmp_path, rootfs, mode):
-    need_runtime("runc")
-    result = run_gpu(tmp_path, operator_node, rootfs, mode=mode,
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_a_container_gets_its_gpus_and_an_imex_channel(operator_node, tmp_path, rootfs, runtime, mode):
+    need_runtime(runtime)
+    result = run_gpu(tmp_path, operator_node, rootfs, mode=mode, runtime=runtime,
                      env=["NVIDIA_VISIBLE_DEVICES=1,3", "NVIDIA_IMEX_CHANNELS=0"],
                      command="find /dev -type c -name 'nvidia*' -o -type c -name 'channel*' | sort; nvidia-smi -L")
     assert result.ok, result.describe()
@@ -112,3 +115,12 @@ def test_a_container_gets_its_gpus_and_an_imex_channel(operator_node, tmp_path, 
     uuids = [operator_node["gpus"][i]["uuid"] for i in (1, 3)]
     assert [line for line in lines if line.startswith("GPU ")] == [
         f"GPU {n}: NVIDIA H100 80GB HBM3 (UUID: {u})" for n, u in enumerate(uuids)]
+
+
+def test_nvidia_container_cli_root_flag_moves_the_dev_root_too(operator_node, tmp_path):
+    """``nvidia-container-cli --root`` (how enroot and apptainer name a driver container's root)."""
+    root = operator_node["roots"]["driver_root"]
+    config = tmp_path / "config.toml"
+    config.write_text(f'[nvct]\nproc-root = "{operator_node["roots"]["proc_root"]}"\n')
+    out = _run([os.path.join(VENV_BIN, "nvidia-container-cli"), f"--root={root}", "list", "--device=1"], str(config))
+    assert {p for p in out.split() if "/dev/" in p} == _host(operator_node, expected_nodes(operator_node, [1]))

@@ -25,6 +25,21 @@ pytestmark = pytest.mark.containers
 SHOW = "cd /proc/driver/nvidia && find . | sort; grep ModifyDeviceFiles params; touch x 2>/dev/null && echo writable; true"
 
 
+@pytest.fixture(scope="module")
+def mig_node(tmp_path_factory):
+    """The default DGX H100 with MIG on GPUs 0 and 2 (two 3g.40gb each)."""
+    import json
+
+    from nvct.simulate import cached_node
+    from nvct.simulate.topology import DEFAULT_TOPOLOGY
+
+    with open(DEFAULT_TOPOLOGY) as f:
+        topology = json.load(f)
+    topology["gpus"][2]["mig"] = dict(topology["gpus"][0]["mig"])
+    need_runtime("runc")  # root, for the node's device nodes
+    return cached_node(tmp_path_factory.getbasetemp() / "sim", topology=topology)
+
+
 def _private_proc(node) -> list[str]:
     """The shim in a private mount namespace whose /proc/driver is the node's."""
     return ["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
@@ -37,10 +52,10 @@ def _host_proc(spec: dict) -> None:
                               "options": ["rbind", "nosuid", "nodev", "noexec"]})
 
 
-def _show(tmp_path, node, rootfs, mode, *env, privileged=False) -> list[str]:
-    need_runtime("runc")
+def _show(tmp_path, node, rootfs, mode, *env, privileged=False, runtime="runc") -> list[str]:
+    need_runtime(runtime)
     result = run_gpu(tmp_path, node, rootfs, mode=mode, env=list(env), command=SHOW, privileged=privileged,
-                     wrapper=_private_proc(node), edit=_host_proc)
+                     runtime=runtime, wrapper=_private_proc(node), edit=_host_proc)
     assert result.ok, result.describe()
     return result.stdout.splitlines()
 
@@ -59,12 +74,14 @@ def _mig_caps(node, gpu, mig) -> tuple[str, str]:
     return f"{gi}/access", f"{gi}/ci{m['ci']}/access"
 
 
-def test_legacy_shows_only_the_requested_gpus_and_no_mig_capabilities(tmp_path, sim_node, rootfs):
-    """NVIDIA_VISIBLE_DEVICES=1,3: GPU 0's MIG tree and mig/{config,monitor} are not there."""
-    assert sim_node["gpus"][0]["mig_devices"], "GPU 0 must have MIG devices for this test"
-    lines = _show(tmp_path, sim_node, rootfs, "legacy", "NVIDIA_VISIBLE_DEVICES=1,3")
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_legacy_shows_only_the_requested_gpus_and_no_mig_capabilities(tmp_path, mig_node, rootfs, runtime):
+    """NVIDIA_VISIBLE_DEVICES=1,3: GPU 0's and 2's MIG trees and mig/{config,monitor} are not there."""
+    caps = os.path.join(mig_node["roots"]["proc_root"], "driver/nvidia/capabilities")
+    assert os.path.isdir(f"{caps}/gpu0/mig") and os.path.isdir(f"{caps}/gpu2/mig") and os.path.isfile(f"{caps}/mig/config")
+    lines = _show(tmp_path, mig_node, rootfs, "legacy", "NVIDIA_VISIBLE_DEVICES=1,3", runtime=runtime)
     files = [line for line in lines if line.startswith(".")]
-    assert files == sorted([".", "./params", "./registry", "./version", *_gpu_files(sim_node, 1, 3)])
+    assert files == sorted([".", "./params", "./registry", "./version", *_gpu_files(mig_node, 1, 3)])
     assert "ModifyDeviceFiles: 0" in lines and "writable" not in lines
 
 
@@ -88,9 +105,9 @@ def test_legacy_mig_config_shows_the_whole_capabilities_tree(tmp_path, sim_node,
 
 
 @pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
-def test_cdi_modes_leave_proc_to_the_kernel_as_the_reference(tmp_path, sim_node, rootfs, mode):
+def test_cdi_modes_leave_proc_to_the_kernel_as_the_reference(tmp_path, mig_node, rootfs, mode):
     """The reference's CDI edits cannot mount under /proc either: every GPU's files stay visible."""
-    lines = _show(tmp_path, sim_node, rootfs, mode, "NVIDIA_VISIBLE_DEVICES=1,3")
-    assert set(_gpu_files(sim_node, *range(len(sim_node["gpus"])))) <= set(lines)
-    assert {"./capabilities/mig/config", *_mig_caps(sim_node, 0, 0)} <= set(lines)
+    lines = _show(tmp_path, mig_node, rootfs, mode, "NVIDIA_VISIBLE_DEVICES=1,3")
+    assert set(_gpu_files(mig_node, *range(len(mig_node["gpus"])))) <= set(lines)
+    assert {"./capabilities/mig/config", *_mig_caps(mig_node, 0, 0), *_mig_caps(mig_node, 2, 1)} <= set(lines)
     assert "ModifyDeviceFiles: 0" in lines
