@@ -113,6 +113,15 @@ class Config:
         return self._env.get("NVCT_DEV_ROOT") or self.get("nvct.dev-root") or self.driver_root
 
     @property
+    def dev_char_root(self) -> str:
+        """Where the ``dev/char`` links go: the host's /dev, which systemd reads, unless a dev root is set.
+
+        With the driver root as dev root (the GPU Operator), the links stay in the host's /dev/char
+        and point into ``<driver root>/dev``, as the reference's create-dev-char-symlinks makes them.
+        """
+        return self._env.get("NVCT_DEV_ROOT") or self.get("nvct.dev-root") or "/"
+
+    @property
     def dev_root_source(self) -> str:
         """Why :attr:`dev_root` is what it is (``nvct doctor`` says it)."""
         if self._env.get("NVCT_DEV_ROOT"):

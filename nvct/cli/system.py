@@ -63,9 +63,9 @@ def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kerne
 @system_group.command("create-dev-char-symlinks",
                       help="Create /dev/char/MAJOR:MINOR links to the NVIDIA device nodes.")
 @click.option("--dev-char-path", metavar="DIR", envvar="DEV_CHAR_PATH",
-              help="Where the links go (default: <dev-root>/dev/char).")
+              help="Where the links go (default: <dev-root>/dev/char; the host's /dev/char when no dev root is set).")
 @click.option("--dev-root", metavar="DIR", envvar=["NVIDIA_DEV_ROOT", "DEV_ROOT"],
-              help="Where /dev is (default: the config's nvct.dev-root).")
+              help="Where /dev is (default: the config's nvct.dev-root, else the driver root).")
 @click.option("--create-all", is_flag=True, envvar="CREATE_ALL",
               help="Link every node the loaded driver can have, not only the existing ones.")
 @click.option("--create-device-nodes", is_flag=True, envvar="CREATE_DEVICE_NODES",
@@ -77,7 +77,10 @@ def create_dev_char_symlinks_command(ctx, dev_char_path, dev_root, create_all, c
                                      load_kernel_modules, dry_run) -> None:
     from nvct import system
 
+    import os
+
     config = load_config(ctx)
+    dev_char_path = dev_char_path or os.path.join(dev_root or config.dev_char_root, "dev/char")
     dev_root = dev_root or config.dev_root
     if load_kernel_modules:
         _load_modules(config, dev_root, dry_run)

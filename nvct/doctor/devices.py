@@ -123,11 +123,12 @@ def check_char_links(ctx: Context):
     if ctx.missing_root("dev"):
         yield ctx.skipped("devices.char-links", ctx.missing_root("dev"))
         return
-    char_dir = ctx.driver.dev_host_path("/dev/char")
-    absent = [n for n in nodes if os.path.exists(n.host_path) and not _links_to(char_dir, n, ctx.driver.dev_root)]
+    links_root = ctx.config.dev_char_root  # the host's /dev unless a dev root is set
+    char_dir = os.path.join(links_root, "dev/char")
+    absent = [n for n in nodes if os.path.exists(n.host_path) and not _links_to(char_dir, n, links_root)]
     fix = _CHAR_LINKS_FIX
-    if ctx.driver.dev_root not in ("", "/"):
-        fix += f" --dev-root {ctx.driver.dev_root}"
+    if os.path.normpath(links_root) != "/":
+        fix += f" --dev-root {links_root}"
     if absent:
         yield warn("devices.char-links",
                    f"no {char_dir}/M:m link for {_some(f'{n.major}:{n.minor}' for n in absent)}: "
@@ -171,14 +172,15 @@ def _nodes_or_skip(ctx: Context):
         return None
 
 
-def _links_to(char_dir: str, node, dev_root: str) -> bool:
+def _links_to(char_dir: str, node, links_root: str) -> bool:
+    """Whether ``char_dir``'s link for ``node`` leads to it (absolute targets as seen from ``links_root``)."""
     link = os.path.join(char_dir, f"{node.major}:{node.minor}")
     try:
         target = os.readlink(link)
     except OSError:
         return False
     if os.path.isabs(target):
-        target = os.path.join(dev_root, target.lstrip("/")) if dev_root not in ("", "/") else target
+        target = os.path.join(links_root, target.lstrip("/")) if links_root not in ("", "/") else target
     else:
         target = os.path.join(char_dir, target)
     return os.path.normpath(target) == os.path.normpath(node.host_path)

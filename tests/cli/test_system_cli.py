@@ -215,3 +215,16 @@ def test_no_existing_nodes_is_said(node, capsys):
     code, out, err = _nvct(capsys, config, "create-dev-char-symlinks")
     assert code == 0 and out == ""
     assert f"no NVIDIA device nodes under {dev}/dev: nothing to link" in err
+
+
+@needs_root
+def test_operator_layout_nodes_under_the_driver_root_links_in_the_hosts_dev_char(node, capsys):
+    """Only the driver root configured (the GPU Operator): nodes go under it, links stay in /dev/char."""
+    config, dev, proc = node
+    with open(config, "w") as f:
+        f.write(f'[nvidia-container-cli]\nroot = "{dev}"\n[nvct]\nproc-root = "{proc}"\n')
+    assert _nvct(capsys, config, "create-device-nodes", "--control-devices")[0] == 0
+    assert _node(dev, "/dev/nvidiactl") == (195, 255, 0o666)
+    code, out, _ = _nvct(capsys, config, "create-dev-char-symlinks", "--dry-run")
+    assert code == 0
+    assert f"would link /dev/char/195:255 -> {os.path.relpath(dev / 'dev/nvidiactl', '/dev/char')}" in out.splitlines()

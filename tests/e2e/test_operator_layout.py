@@ -97,6 +97,9 @@ def test_doctor_says_which_dev_root_and_why(operator_node):
     assert f"dev root {root} (the driver root, as nvct.dev-root is not set)" in roots["seen"]
     nodes = findings["devices.nodes"]
     assert nodes["status"] == "ok" and f"device nodes under {root} with the right majors" in nodes["seen"]
+    links = findings["devices.char-links"]  # the host's /dev/char (systemd's), with links into the driver root
+    assert links["status"] == "warn" and links["seen"].startswith("no /dev/char/M:m link for ")
+    assert links["fix"] == "nvct system create-dev-char-symlinks --create-all"
     node_checks = ("config.", "driver.", "devices.", "libraries.")  # not the engines: those are this host's
     assert [f for f in findings.values() if f["id"].startswith(node_checks) and f["status"] == "fail"] == []
 
