@@ -68,7 +68,7 @@ DEFAULTS: dict[str, object] = {
     },
     "nvidia-ctk": {"path": "nvidia-ctk"},
     "features": {},
-    "nvct": {"dev-root": "", "proc-root": ""},
+    "nvct": {"dev-root": "", "proc-root": "", "path": ""},
 }
 
 _MODES = ("auto", "legacy", "cdi", "jit-cdi", "csv")

@@ -129,7 +129,7 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str,
 
     steps = in_container_steps(driver, libraries, caps, ldconfig=ldconfig)
     if steps:
-        edits.hooks.append(Hook("createContainer", hook_path, tuple(["nvct", "hook", "chain"] + steps),
+        edits.hooks.append(Hook("createContainer", hook_path, tuple(chain_prefix(hook_path) + steps),
                                 reason="symlinks and ld cache inside the container"))
     return edits
 
@@ -216,27 +216,59 @@ def _device(node: Node, reason: str) -> DeviceNode:
                       file_mode=node.file_mode, reason=reason)
 
 
-def hook_executable(config) -> str:
-    """The absolute path of the ``nvct`` executable that in-container hooks run.
+#: How each hook program starts nvct's hook chain (``nvidia-ctk.path`` may name either of NVIDIA's).
+_CHAIN_PREFIXES = {"nvidia-ctk": ("nvidia-ctk", "hook", "chain"), "nvidia-cdi-hook": ("nvidia-cdi-hook", "chain")}
+_NVCT_CHAIN = ("nvct", "hook", "chain")
 
-    ``nvct.path`` in the config wins; else the ``nvct`` beside the running
-    program (its package's bin dir), else the one on PATH.
+
+def chain_prefix(hook_path: str) -> list[str]:
+    """The hook's argv before the steps: ``nvidia-ctk hook chain``, ``nvidia-cdi-hook chain`` or ``nvct hook chain``."""
+    return list(_CHAIN_PREFIXES.get(os.path.basename(hook_path), _NVCT_CHAIN))
+
+
+def chain_steps(args) -> list[str] | None:
+    """A hook's steps when it is nvct's hook chain (in any program's form), else None."""
+    args = list(args)
+    for prefix in (_NVCT_CHAIN, *_CHAIN_PREFIXES.values()):
+        if args[:len(prefix)] == list(prefix):
+            return args[len(prefix):]
+    return None
+
+
+#: ``nvidia-ctk.path``'s built-in value: a bare name, which nvct's own lookup serves better.
+_CTK_DEFAULT = "nvidia-ctk"
+
+
+def hook_executable(config) -> str:
+    """The absolute path of the program that in-container hooks run (see :func:`hook_source`)."""
+    return hook_source(config)[0]
+
+
+def hook_source(config) -> tuple[str, str]:
+    """The hook program and what chose it (a config key, or how it was found).
+
+    Precedence: ``nvct.path``; else the reference's ``nvidia-ctk.path`` when it
+    is set to anything but its built-in bare ``nvidia-ctk``; else the ``nvct``
+    beside the running program (its package's bin dir), beside the interpreter,
+    then on PATH. A configured bare name is looked up on PATH.
     """
-    configured = config.get("nvct.path")
-    if configured:
-        if not os.path.isabs(configured):
-            found = which(configured)
-            if not found:
-                raise NvctError(f"nvct.path: {configured!r} not found on PATH")
-            return found
-        return configured
+    for key in ("nvct.path", "nvidia-ctk.path"):
+        configured = config.get(key)
+        if not configured or (key == "nvidia-ctk.path" and configured == _CTK_DEFAULT):
+            continue
+        if os.path.isabs(configured):
+            return configured, key
+        found = which(configured)
+        if not found:
+            raise NvctError(f"{key}: {configured!r} not found on PATH")
+        return os.path.abspath(found), key
     here = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or "")), "nvct")
     if os.path.isfile(here) and os.access(here, os.X_OK):
-        return here
+        return here, "the nvct beside the running program"
     beside_python = os.path.join(os.path.dirname(sys.executable), "nvct")
     if os.path.isfile(beside_python):
-        return beside_python
+        return beside_python, "the nvct beside the interpreter"
     found = which("nvct")
     if found:
-        return os.path.abspath(found)
+        return os.path.abspath(found), "PATH"
     raise NvctError("cannot find the nvct executable for in-container hooks; set nvct.path in the config")

@@ -96,10 +96,14 @@ def _check_targets(spec: dict[str, Any], edits: ContainerEdits, bundle: str | No
 
 
 def _with_container_root(hook: Hook, rootfs: str) -> Hook:
+    from nvct.injection import chain_steps
+
     args = list(hook.args)
-    if args[:3] != ["nvct", "hook", "chain"]:
+    steps = chain_steps(args)
+    if steps is None:
         return hook
-    return hook.replace(args=tuple(args[:3] + ["--container-root", rootfs] + args[3:]))
+    head = args[:len(args) - len(steps)]
+    return hook.replace(args=tuple(head + ["--container-root", rootfs] + steps))
 
 
 def _apply(spec: dict[str, Any], edits: ContainerEdits) -> None:

@@ -64,9 +64,9 @@ def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bu
         _mask_procfs(root, driver, procfs)
     ctx = HookContext(rootfs=rootfs, bundle=bundle, spec=spec)
     for hook in edits.hooks:
-        args = list(hook.args)
-        if args[:3] == ["nvct", "hook", "chain"]:
-            chain = args[3:] if compat else _without(args[3:], "enable-cuda-compat")
+        chain = injection.chain_steps(hook.args)
+        if chain is not None:
+            chain = chain if compat else _without(chain, "enable-cuda-compat")
             steps.run_chain(chain, ctx)
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from nvct import config as config_mod, injection, request as request_mod
 from nvct.driver import Driver
+from nvct.errors import NvctError
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +74,40 @@ def test_missing_imex_channel_is_an_error(setup):
 
     with pytest.raises(RequestError, match="IMEX channel 7 does not exist"):
         edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "none", "NVIDIA_IMEX_CHANNELS": "7"})
+
+
+# --- the hook program: nvct.path, then the reference's nvidia-ctk.path, then nvct's own lookup ---
+
+def _hook_config(**tables) -> config_mod.Config:
+    return config_mod.Config({table: {"path": path} for table, path in tables.items()}, env={})
+
+
+def test_nvct_path_wins_over_nvidia_ctk_path():
+    config = _hook_config(**{"nvct": "/opt/nvct/bin/nvct", "nvidia-ctk": "/usr/local/nvidia/toolkit/nvidia-ctk"})
+    assert injection.hook_source(config) == ("/opt/nvct/bin/nvct", "nvct.path")
+
+
+def test_nvidia_ctk_path_names_the_program_and_its_argv():
+    config = _hook_config(**{"nvidia-ctk": "/usr/local/nvidia/toolkit/nvidia-ctk"})
+    assert injection.hook_source(config) == ("/usr/local/nvidia/toolkit/nvidia-ctk", "nvidia-ctk.path")
+    assert injection.chain_prefix("/usr/local/nvidia/toolkit/nvidia-ctk") == ["nvidia-ctk", "hook", "chain"]
+    assert injection.chain_prefix("/usr/bin/nvidia-cdi-hook") == ["nvidia-cdi-hook", "chain"]
+    assert injection.chain_prefix("/usr/bin/nvct") == ["nvct", "hook", "chain"]
+    for prefix in (["nvidia-ctk", "hook", "chain"], ["nvidia-cdi-hook", "chain"], ["nvct", "hook", "chain"]):
+        assert injection.chain_steps(prefix + ["update-ldcache"]) == ["update-ldcache"]
+    assert injection.chain_steps(["nvidia-ctk", "hook", "update-ldcache"]) is None
+
+
+def test_the_built_in_bare_nvidia_ctk_leaves_the_choice_to_nvct():
+    path, how = injection.hook_source(_hook_config(**{"nvidia-ctk": "nvidia-ctk"}))
+    assert os.path.basename(path) == "nvct" and how != "nvidia-ctk.path"
+
+
+def test_a_bare_name_is_looked_up_on_path_and_a_missing_one_names_its_key(monkeypatch, tmp_path):
+    program = tmp_path / "nvidia-cdi-hook"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert injection.hook_source(_hook_config(**{"nvidia-ctk": "nvidia-cdi-hook"})) == (str(program), "nvidia-ctk.path")
+    with pytest.raises(NvctError, match=r"^nvidia-ctk.path: 'nvidia-ctk-missing' not found on PATH$"):
+        injection.hook_source(_hook_config(**{"nvidia-ctk": "nvidia-ctk-missing"}))

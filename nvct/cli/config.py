@@ -47,6 +47,7 @@ EXAMPLES = {
     "nvidia-container-runtime.debug": "/var/log/nvidia-container-runtime.log",
     "nvct.dev-root": "/",
     "nvct.proc-root": "/proc",
+    "nvct.path": "/usr/bin/nvct",
 }
 
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")

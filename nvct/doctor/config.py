@@ -114,19 +114,33 @@ def check_hook(ctx: Context):
 
         path, key = legacy_hook_path(ctx.config), "nvidia-container-runtime-hook.path"
     else:
-        from nvct.injection import hook_executable
+        from nvct.injection import hook_source
 
-        key = "nvct.path"
         try:
-            path = hook_executable(ctx.config)
+            path, key = hook_source(ctx.config)
         except NvctError as e:
+            key = str(e).partition(":")[0] if str(e).startswith(("nvct.path:", "nvidia-ctk.path:")) else "nvct.path"
             yield fail("config.hook", str(e), ctx.set_command(key, "/usr/bin/nvct"))
             return
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         yield fail("config.hook", f"{path} ({key}, run by containers' hooks in {ctx.config.mode} mode) "
                    f"is not an executable file", ctx.set_command(key, "<absolute path of it>"))
         return
+    if key == "nvidia-ctk.path" and _compiled(path):
+        yield fail("config.hook", f"{path} (nvidia-ctk.path) is a compiled program, not nvct's nvidia-ctk: "
+                   "NVIDIA's own cannot run nvct's hook chain, so GPU containers would not start",
+                   ctx.set_command("nvct.path", "/usr/bin/nvct"))
+        return
     yield ok("config.hook", f"{ctx.config.mode} mode: containers' hooks run {path}")
+
+
+def _compiled(path: str) -> bool:
+    """An ELF file: nvct's programs are scripts (the package's and the toolkit's wrappers)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def check_log(ctx: Context):

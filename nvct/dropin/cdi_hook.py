@@ -43,8 +43,19 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 
 def run_hook(name: str, args: list[str]) -> int:
-    """One hook by the reference's name; ``--container-spec`` replaces stdin."""
+    """One hook by the reference's name; ``--container-spec`` replaces stdin.
+
+    ``chain`` is nvct's own (its jit-cdi and CDI hooks, when ``nvidia-ctk.path``
+    names this program); a leading ``hook`` (``nvidia-ctk``'s form) is accepted.
+    """
     from nvct.hooks.steps import STEPS
+
+    if name == "hook" and args:
+        name, args = args[0], args[1:]
+    if name == "chain":
+        from nvct.hooks import main as hook_main
+
+        return hook_main([name, *args])
 
     if name not in STEPS:  # before reading any state: a newer spec's hook never stops a start
         sys.stderr.write(f"{PROG}: unknown hook {name!r}, ignored (from a newer release?)\n")

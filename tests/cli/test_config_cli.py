@@ -17,6 +17,7 @@ supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,v
 
 [nvct]
 #dev-root = "/"
+#path = "/usr/bin/nvct"
 #proc-root = "/proc"
 
 [nvidia-container-cli]

@@ -57,6 +57,23 @@ def test_legacy_mode_checks_the_prestart_hook_binary(node):
     assert hook.status == "fail" and "nvidia-container-runtime-hook.path" in hook.seen
 
 
+def test_nvidia_ctk_path_names_the_hook_program_unless_nvct_path_is_set(node):
+    with open(node.config) as f:
+        text = f.read()
+    without_nvct_path = text.replace(f'path = "{node.stub("nvct")}"\n', "")
+    write(node.config, without_nvct_path + f'\n[nvidia-ctk]\npath = "{node.stub("nvidia-container-runtime")}"\n')
+    assert one(node.doctor(), "config.hook").seen == \
+        f"auto mode: containers' hooks run {node.stub('nvidia-container-runtime')}"
+    write(node.config, without_nvct_path + '\n[nvidia-ctk]\npath = "/bin/true"\n')  # a compiled program
+    hook = one(node.doctor(), "config.hook")
+    assert (hook.status, hook.seen) == ("fail", "/bin/true (nvidia-ctk.path) is a compiled program, not nvct's "
+                                        "nvidia-ctk: NVIDIA's own cannot run nvct's hook chain, so GPU containers "
+                                        "would not start")
+    assert hook.fix == f"nvct config -c {node.config} --set nvct.path=/usr/bin/nvct -i"
+    write(node.config, text + '\n[nvidia-ctk]\npath = "/bin/true"\n')  # nvct.path wins
+    assert one(node.doctor(), "config.hook").status == "ok"
+
+
 def test_logging_to_a_missing_directory_warns(node, tmp_path):
     node.write_config(extra=f'debug = "{tmp_path}/nope/runtime.log"\n')
     log = one(node.doctor(), "config.log")
