@@ -89,7 +89,8 @@ class Config:
     def __init__(self, data: Mapping[str, object] | None = None, path: str | None = None,
                  env: Mapping[str, str] | None = None):
         self.path = path
-        self.data = _merge(_copy(DEFAULTS), data or {})
+        self._file = data or {}
+        self.data = _merge(_copy(DEFAULTS), self._file)
         self._env = os.environ if env is None else env
         self._validate()
 
@@ -146,6 +147,27 @@ class Config:
     def supported_capabilities(self) -> tuple[str, ...]:
         raw = self.get("supported-driver-capabilities") or ""
         return tuple(c for c in (s.strip() for s in raw.split(",")) if c)
+
+    def unknown_keys(self) -> list[str]:
+        """Keys of the file that no release gives a meaning (typos): warned about, never refused.
+
+        Runs on every GPU container start: a file with only keys of the defaults
+        (the usual case) is answered without importing the full key list.
+        """
+        if _within(self._file, DEFAULTS):
+            return []
+        from nvct.configkeys import unknown
+
+        return unknown(self._file)
+
+    def unknown_keys_warning(self) -> str | None:
+        """One line naming :meth:`unknown_keys`, or None when there are none."""
+        keys = self.unknown_keys()
+        if not keys:
+            return None
+        from nvct.configkeys import warning
+
+        return warning(self.path, keys)
 
     def feature(self, name: str) -> bool:
         return bool(self.get("features", {}).get(name, False))
@@ -231,6 +253,16 @@ def _toml_reason(msg: str) -> str:
 def _split_key(dotted: str) -> list[str]:
     # Top-level keys never contain dots, nested ones are table names.
     return dotted.split(".")
+
+
+def _within(table: Mapping[str, object], known: Mapping[str, object]) -> bool:
+    """Whether every key of ``table`` is one of ``known``'s, at every level."""
+    for key, value in table.items():
+        if key not in known:
+            return False
+        if isinstance(value, dict) and isinstance(known[key], dict) and not _within(value, known[key]):
+            return False
+    return True
 
 
 def _copy(value):

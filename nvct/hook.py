@@ -75,6 +75,9 @@ def _prestart(config_path: str | None) -> None:
         from nvct.errors import SpecError
 
         raise SpecError("OCI state on stdin has no container pid")
+    typos = config.unknown_keys_warning()
+    if typos:
+        log.logger.warning("%s", typos)
     result = realize.legacy(request, config, spec, bundle, pid)
     log.logger.info("container start", fields={
         "id": state.get("id"), "mode": "legacy-hook", "devices": list(request.devices or ()),

@@ -84,6 +84,9 @@ def _create(args, config, start: float) -> None:
 
     log.setup(config.get("nvidia-container-runtime.log-level") or "info",
               config.get("nvidia-container-runtime.debug"), fmt=args.log_format or "text")
+    typos = config.unknown_keys_warning()
+    if typos:
+        log.logger.warning("%s", typos)
     result = modes.modify(spec, request, config, log_format=args.log_format, bundle=args.bundle)
     ocispec.save(args.bundle, spec)
     log.logger.info("container start", fields={

@@ -108,7 +108,9 @@ def show_command(ctx, config_file) -> None:
     from nvct import config
 
     path = config_file or ctx.obj.get("config_file") or (ctx.find_root().obj or {}).get("config_path")
-    click.echo(render(config.load(path).data, explicit=None), nl=False)
+    loaded = config.load(path)
+    warn_unknown_keys(loaded)
+    click.echo(render(loaded.data, explicit=None), nl=False)
 
 
 # --------------------------------------------------------------------------- editing
@@ -134,8 +136,15 @@ def edit(path: str, sets: list) -> str:
             else:
                 doc.set(key, value)
         text = doc.render().decode("utf-8")
-    Config(parse_toml(text.encode("utf-8"), path), path)
+    warn_unknown_keys(Config(parse_toml(text.encode("utf-8"), path), path))
     return text
+
+
+def warn_unknown_keys(config) -> None:
+    """Typos in key names go to stderr; the config is still used (newer reference keys must work)."""
+    line = config.unknown_keys_warning()
+    if line:
+        click.echo(f"nvct: warning: {line}", err=True)
 
 
 def parse_set(flag: str, list_separator: str = ":") -> tuple:

@@ -22,6 +22,12 @@ def check_file(ctx: Context):
                    f"to write one: nvct config default -o {path}")
         return
     yield ok("config.file", f"{path} loads (mode {ctx.config.mode})")
+    typos = ctx.config.unknown_keys()
+    if typos:
+        yield warn("config.keys", f"{path}: unknown key{'s' if len(typos) > 1 else ''} "
+                   f"{', '.join(repr(k) for k in typos)}, ignored: a typo leaves its setting at the default",
+                   f"correct or remove {'them' if len(typos) > 1 else 'it'} in {path} "
+                   "('nvct config default' lists every key)")
 
 
 def check_roots(ctx: Context):

@@ -203,3 +203,19 @@ def test_invalid_file_is_a_one_line_error(tmp_path, capsys):
 def test_in_place_and_output_together_is_an_error(tmp_path, capsys):
     rc, _, err = nvct(capsys, "config", "-c", str(tmp_path / "c.toml"), "-i", "-o", str(tmp_path / "o.toml"))
     assert rc == 1 and err == "nvct: cannot use both --in-place and --output\n"
+
+
+def test_a_typo_in_a_key_is_warned_about_on_stderr_and_the_config_still_works(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "config.toml"
+    path.write_text('[nvidia-container-runtime]\nmod = "legacy"\n')
+    nvct_bin = os.path.join(os.path.dirname(sys.executable), "nvct")
+    warning = (f"nvct: warning: {path}: unknown key 'nvidia-container-runtime.mod' ignored "
+               "(a typo? 'nvct config default' lists every key)\n")
+    for args in (["config", "show", "-c", str(path)], ["config", "-c", str(path)],
+                 ["config", "-c", str(path), "--set", "nvidia-container-runtime.mode=cdi", "-i"]):
+        proc = subprocess.run([nvct_bin, *args], capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stderr) == (0, warning), args
+    assert path.read_text() == '[nvidia-container-runtime]\nmod = "legacy"\nmode = "cdi"\n'

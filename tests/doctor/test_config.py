@@ -102,3 +102,15 @@ def test_a_runc_open_to_cve_2024_45310_warns(node, tmp_path):
     node.write_config()
     runc("1.1.14")
     assert not [f for f in node.doctor() if f.id == "config.runtime-cve"]
+
+
+def test_unknown_keys_warn_with_the_fix_and_the_config_still_loads(node):
+    node.write_config(extra='mod = "legacy"\n')
+    findings = node.doctor()
+    assert one(findings, "config.file").status == "ok"
+    keys = one(findings, "config.keys")
+    assert (keys.status, keys.seen, keys.fix) == (
+        "warn", f"{node.config}: unknown key 'nvidia-container-runtime.mod', ignored: a typo leaves its setting "
+        "at the default", f"correct or remove it in {node.config} ('nvct config default' lists every key)")
+    node.write_config()
+    assert not [f for f in node.doctor() if f.id == "config.keys"]

@@ -9,7 +9,7 @@ import json
 import os
 
 from tests.support.bundle import make_bundle
-from tests.support.gpu_runs import PATH_ENV, SHIM, need_runtime, refusal
+from tests.support.gpu_runs import PATH_ENV, SHIM, need_runtime, refusal, run_gpu
 from tests.support.runtimes import run_container
 
 BROKEN = '[nvidia-container-runtime]\nmode = "legacy"\nruntimes = ["runc"\n'  # an unclosed list
@@ -46,3 +46,18 @@ def test_a_gpu_container_gets_the_config_error(tmp_path, rootfs):
     text = refusal(result)
     assert text == f"nvidia-container-runtime: {config}: invalid TOML: Unclosed array (at end of document)\n"
     assert "inside" not in result.stdout
+
+
+def test_a_typo_in_a_key_is_logged_once_per_start_and_the_gpu_container_runs(tmp_path, rootfs, sim_node):
+    need_runtime("runc")
+    result = run_gpu(tmp_path, sim_node, rootfs, mode="jit-cdi", env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     extra_config='mod = "legacy"\n', command="ls /dev/nvidia0")
+    assert result.ok, result.describe()
+    assert result.stdout.strip() == "/dev/nvidia0"
+    with open(os.path.join(str(tmp_path), "nvct.log")) as f:
+        typos = [line for line in f if "unknown key" in line]
+    config = os.path.join(str(tmp_path), "config.toml")
+    [line] = typos
+    assert (f"{config}: unknown key 'nvidia-container-runtime.mod' ignored "
+            "(a typo? 'nvct config default' lists every key)") in line
+    assert "warn" in line.lower()
