@@ -36,18 +36,23 @@ def check_roots(ctx: Context):
         return
     config = ctx.config
     bad = False
+    implicit_dev = config.dev_root_source.startswith("the driver root")
     for what, key, root, inside, holds in (
             ("driver root", "nvidia-container-cli.root", config.driver_root, "usr", "the driver's files"),
             ("dev root", "nvct.dev-root", config.dev_root, "dev", "the driver's dev/ nodes"),
             ("proc root", "nvct.proc-root", config.proc_root, None, "the host's /proc")):
+        shown = config.dev_root_source if key == "nvct.dev-root" and implicit_dev else key
         if not os.path.isdir(root):
+            if not (bad and implicit_dev and key == "nvct.dev-root"):  # the driver root's failure says it
+                yield fail("config.roots", f"{what} {root} ({shown}) does not exist",
+                           ctx.set_command(key, "<directory>") + f" (where {holds} are)")
             bad = True
-            yield fail("config.roots", f"{what} {root} ({key}) does not exist",
-                       ctx.set_command(key, "<directory>") + f" (where {holds} are)")
         elif inside and not os.path.isdir(os.path.join(root, inside)):
             bad = True
-            yield fail("config.roots", f"{what} {root} ({key}) has no {inside}/",
-                       ctx.set_command(key, "<directory>"))
+            host_nodes = implicit_dev and _other_dev(ctx, root)
+            yield fail("config.roots", f"{what} {root} ({shown}) has no {inside}/",
+                       ctx.set_command(key, "/" if host_nodes else "<directory>")
+                       + (" (the nodes are in the host's /dev)" if host_nodes else ""))
     if not bad:
         yield ok("config.roots", f"driver root {config.driver_root}, dev root {config.dev_root} "
                  f"({config.dev_root_source}), proc root {config.proc_root}{_other_dev(ctx, config.dev_root)}")

@@ -114,3 +114,33 @@ def test_unknown_keys_warn_with_the_fix_and_the_config_still_loads(node):
         "at the default", f"correct or remove it in {node.config} ('nvct config default' lists every key)")
     node.write_config()
     assert not [f for f in node.doctor() if f.id == "config.keys"]
+
+
+def _without_dev_root(node) -> None:
+    with open(node.config) as f:
+        text = f.read()
+    write(node.config, text.replace(f'dev-root = "{node.dir}"\n', ""))
+
+
+def test_a_missing_driver_root_is_one_failure_when_the_dev_root_follows_it(node):
+    _without_dev_root(node)
+    with open(node.config) as f:
+        text = f.read()
+    write(node.config, text.replace(f'\nroot = "{node.dir}"', '\nroot = "/nonexistent/driver"'))
+    roots = one(node.doctor(), "config.roots")  # not a second one for the dev root
+    assert roots.seen == "driver root /nonexistent/driver (nvidia-container-cli.root) does not exist"
+
+
+def test_a_driver_root_without_dev_points_at_the_hosts_nodes(node, tmp_path, monkeypatch):
+    """Driver files elsewhere, nodes in the host's /dev, no nvct.dev-root: the fix is dev-root = /."""
+    from nvct.doctor import devices
+
+    _without_dev_root(node)
+    host = tmp_path / "host"
+    host.mkdir()
+    os.rename(node.path("dev"), host / "dev")
+    monkeypatch.setattr(devices, "HOST_ROOT", str(host))
+    roots = one(node.doctor(), "config.roots")
+    assert roots.status == "fail"
+    assert roots.seen == f"dev root {node.dir} (the driver root, as nvct.dev-root is not set) has no dev/"
+    assert roots.fix == f"nvct config -c {node.config} --set nvct.dev-root=/ -i (the nodes are in the host's /dev)"
