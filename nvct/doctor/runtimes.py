@@ -193,6 +193,39 @@ def check_containerd(ctx: Context):
     yield from _engine("runtime.containerd", "containerd", found, ctx.options.default_path, builtin=("runc",),
                        configure=f"nvct runtime configure --runtime containerd --config {path}",
                        apply="then restart containerd")
+    yield from _containerd_drift(path, files, found)
+
+
+def _containerd_drift(path: str, files: list, found: _Runtimes):
+    """A drop-in's copy of the CRI section that hides later edits of the main file."""
+    from nvct.runtimes.containerd import PLUGINS, cri_drift
+    from nvct.runtimes.document import MISSING
+
+    main, version = files[0][1], files[0][2]
+    plugin = PLUGINS.get(version, "")
+    ours = {file for _, file in found.nvidia().values()}
+    for file, data, _ in files[1:]:
+        mine = (main.get("plugins") or {}).get(plugin)
+        theirs = (data.get("plugins") or {}).get(plugin)
+        if file not in ours or not isinstance(mine, dict) or not isinstance(theirs, dict):
+            continue
+        drift = cri_drift(mine, theirs, whole_section=version < 3)
+        if not drift:
+            yield ok("runtime.containerd-drift", f"{file} keeps every CRI setting of {path}")
+            continue
+        key, value, override = drift[0]
+        more = f" (and {len(drift) - 1} more)" if len(drift) > 1 else ""
+        said = "drops" if override is MISSING else f"sets {_toml_value(override)} for"
+        yield warn("runtime.containerd-drift",
+                   f"{file} {said} {'.'.join(key)}, which {path} sets to {_toml_value(value)}{more}: "
+                   f"containerd uses the drop-in's copy, so edits of {path} made after nvct configured it "
+                   f"are silently overridden",
+                   f"nvct runtime configure --runtime containerd --config {path} --drop-in-config {file} "
+                   f"(brings the copy up to date); then restart containerd")
+
+
+def _toml_value(value) -> str:
+    return json.dumps(value) if isinstance(value, (str, bool, int, float, list)) else repr(value)
 
 
 def _imports(path: str, data: dict) -> list[str]:

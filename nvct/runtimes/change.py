@@ -285,6 +285,12 @@ def undo_from_record(record: dict, anchor: str, read: Callable[[str], bytes | No
         elif current is None:
             after = None
             change.notes.append(f"{path}: removed since nvct configured it; nothing to undo")
+        elif original is not None and not original.get("exists") and os.path.abspath(path) != os.path.abspath(anchor):
+            # A drop-in nvct created: its import goes with the main file's undo, and a file
+            # left behind (unimported, its version line reverted) would only mislead.
+            after = None
+            change.notes.append(f"{path}: changed since nvct created it; removed it all the same "
+                                f"(nvct's drop-in; keep settings in {anchor})")
         else:
             doc = _document(entry["format"], path, current)
             skipped = doc.undo(entry["edits"])

@@ -7,9 +7,13 @@ copies the options of the default runtime (else runc, else crun), so settings
 such as ``SystemdCgroup`` carry over, and runs ``options.BinaryName``.
 
 Drop-in files (v2/v3 only) are read through the main file's ``imports``.
-containerd before 2.1 replaces a plugin's whole section with the last file's,
-so the drop-in starts from a copy of the main file's CRI section: without it,
-the main file's runc runtime and every other CRI setting would vanish.
+containerd 1.x replaces a plugin's whole section with the last file's, so a
+version 2 drop-in starts from a copy of the main file's CRI section: without
+it, the main file's runc runtime and every other CRI setting would vanish.
+containerd 2.x merges an imported plugin section key by key, so a version 3
+drop-in (containerd 2.x only) holds only nvct's keys. A copy goes stale when
+the main file changes later: each ``configure`` brings it up to date again,
+and ``nvct doctor`` reports the keys where it differs (:func:`cri_drift`).
 """
 
 from __future__ import annotations
@@ -137,7 +141,12 @@ class ContainerdEngine(Engine):
         doc = self.dest
         if doc.get(("version",)) is MISSING and (self.drop_in or self.version != 1):
             doc.set(("version",), self.version)
-        if not self.drop_in or doc.get(self._key()) is not MISSING:
+        if not self.drop_in:
+            return
+        if doc.get(self._key()) is not MISSING:
+            self._refresh_copy()
+            return
+        if self.version >= 3:  # containerd 2.x merges key by key: the drop-in needs only nvct's keys
             return
         section = get_plain(self.source, ("plugins", self.source_plugin))
         if isinstance(section, dict) and section:
@@ -146,6 +155,20 @@ class ContainerdEngine(Engine):
                                   f"not {self.plugin!r}: its CRI settings are not copied")
                 return
             doc.set(self._key(), copy.deepcopy(section))
+
+    def _refresh_copy(self) -> None:
+        """Bring the drop-in's copy of the main file's CRI settings up to date."""
+        main = get_plain(self.main.data(), ("plugins", self.plugin))
+        copied = get_plain(self.dest.data(), ("plugins", self.plugin))
+        if not isinstance(main, dict) or not isinstance(copied, dict):
+            return
+        stale = cri_drift(main, copied, whole_section=self.version < 3)
+        for key, value, _ in stale:
+            self.dest.set(self._key(*key), copy.deepcopy(value))
+        if stale:
+            self.notes.append(f"{self.drop_in}: brought {len(stale)} CRI setting(s) of its copy up to date with "
+                              f"{self.config_path} ({', '.join('.'.join(k) for k, _, _ in stale[:3])}"
+                              f"{', ...' if len(stale) > 3 else ''})")
 
     def _copied_options(self) -> dict:
         runtimes = get_table(self.source, ("plugins", self.source_plugin, "containerd", "runtimes"),
@@ -220,3 +243,33 @@ class ContainerdEngine(Engine):
         if os.path.exists(config_path):
             argv += ["--config", config_path]
         return [argv + ["config", "dump"]]
+
+
+def cri_drift(main: dict, drop_in: dict, *, whole_section: bool) -> list[tuple[tuple, Any, Any]]:
+    """Settings of the main file's CRI section that a drop-in's section overrides: (key, main's, drop-in's).
+
+    A key the drop-in sets to another value always wins over the main file's;
+    with ``whole_section`` (containerd 1.x) one it lacks is lost as well
+    (the drop-in's value is then MISSING). The drop-in's NVIDIA runtimes, its
+    default runtime and ``enable_cdi`` are what it is for, not drift.
+    """
+    out: list[tuple[tuple, Any, Any]] = []
+    for key, value in _leaves(main, ()):
+        if key[:2] == ("containerd", "runtimes") and len(key) > 2 and key[2].startswith("nvidia"):
+            continue
+        if key in (("containerd", "default_runtime_name"), ("enable_cdi",)):
+            continue
+        theirs = get_plain(drop_in, key)
+        if theirs is MISSING and not whole_section:
+            continue
+        if theirs != value:
+            out.append((key, value, theirs))
+    return out
+
+
+def _leaves(table: dict, prefix: tuple):
+    for key, value in table.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, prefix + (key,))
+        else:
+            yield prefix + (key,), value

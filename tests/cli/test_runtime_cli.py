@@ -174,3 +174,23 @@ def test_docker_unconfigure_says_to_restart_dockerd(tmp_path, capsys):
     assert rc == 0, err
     assert err.splitlines()[-1] == (
         "nvct: restart dockerd to apply (a reload keeps the removed runtime and default runtime)")
+
+
+CONTAINERD_V2 = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "runc"\n'
+                 '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+                 'runtime_type = "io.containerd.runc.v2"\n'
+                 '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = false\n')
+
+
+def test_containerd_unconfigure_removes_the_drop_in_it_created_even_after_it_was_edited(tmp_path, capsys):
+    config = tmp_path / "config.toml"
+    config.write_text(CONTAINERD_V2)
+    drop_in = tmp_path / "conf.d" / "99-nvidia.toml"
+    assert nvct(capsys, "configure", "--runtime", "containerd", "--config", str(config))[0] == 0
+    drop_in.write_text(drop_in.read_text().replace("SystemdCgroup = false", "SystemdCgroup = true"))
+    rc, _, err = nvct(capsys, "unconfigure", "--runtime", "containerd", "--config", str(config))
+    assert rc == 0
+    assert f"nvct: {drop_in}: changed since nvct created it; removed it all the same (nvct's drop-in; keep " \
+           f"settings in {config})\n" in err
+    assert config.read_text() == CONTAINERD_V2
+    assert sorted(os.listdir(tmp_path)) == ["config.toml"]  # no drop-in, no conf.d, no backup, no record

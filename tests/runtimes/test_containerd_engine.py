@@ -101,14 +101,17 @@ def test_configure_then_unconfigure(tmp_path, case):
         assert not drop_in.exists()
     cri = effective["plugins"][plugin]
     runtimes_table = cri["containerd"]["runtimes"]
-    # The drop-in replaces the whole CRI section: it carries a copy of runc too.
-    assert runtimes_table["runc"]["options"] == {"SystemdCgroup": True}
+    if use_drop_in and version == 3:  # containerd 2.x merges key by key: the drop-in holds only nvct's keys
+        assert list(runtimes_table) == ["nvidia"]
+    else:  # containerd 1.x replaces the whole CRI section: the drop-in carries a copy of runc too
+        assert runtimes_table["runc"]["options"] == {"SystemdCgroup": True}
     nvidia = runtimes_table["nvidia"]
     assert nvidia["runtime_type"] == "io.containerd.runc.v2"
     assert nvidia["options"]["SystemdCgroup"] is True
     assert nvidia["options"]["BinaryName"] == NVIDIA
     assert ("Runtime" in nvidia["options"]) == (version == 1)
-    assert cri["containerd"]["default_runtime_name"] == ("nvidia" if set_default else "runc")
+    only_ours = use_drop_in and version == 3
+    assert cri["containerd"].get("default_runtime_name") == ("nvidia" if set_default else None if only_ours else "runc")
     assert cri.get("enable_cdi", False) is cdi
 
     runtimes.unconfigure("containerd", str(config))

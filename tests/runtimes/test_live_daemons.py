@@ -149,3 +149,43 @@ def test_command_source_reads_containerd_config_dump(tmp_path):
     assert nvidia["runtime_type"] == "io.containerd.runc.v2"
     assert "privileged_without_host_devices" in nvidia
     assert nvidia["options"] == {"SystemdCgroup": True, "BinaryName": RUNC}
+
+
+def _dump(config: str) -> dict:
+    out = subprocess.run([CONTAINERD, "--config", config, "config", "dump"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return toml_loads(out.stdout)["plugins"][CRI]
+
+
+@needs_containerd
+def test_an_edit_of_the_main_config_after_configure_is_caught_by_doctor_and_kept_by_configure(tmp_path):
+    from nvct import doctor
+
+    config = tmp_path / "config.toml"
+    config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nmax_container_log_line_size = 16384\n'
+                      '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+                      'runtime_type = "io.containerd.runc.v2"\n')
+    drop_in = tmp_path / "conf.d" / "99-nvidia.toml"
+    nvct("configure", "--runtime", "containerd", "--config", str(config), "--nvidia-runtime-path", RUNC)
+    config.write_text(config.read_text().replace("16384", "65536"))  # the operator's later edit
+    assert _dump(str(config))["max_container_log_line_size"] == 16384  # containerd 1.x: the drop-in's copy wins
+
+    def drift():
+        return [f for f in doctor.run(doctor.Options(containerd_config=str(config), docker_config=str(tmp_path / "x"),
+                                                     crio_dir=str(tmp_path / "x"), cdi_dirs=(), env={}))
+                if f.id == "runtime.containerd-drift"]
+
+    [finding] = drift()
+    assert (finding.status, finding.seen, finding.fix) == (
+        "warn", f"{drop_in} sets 16384 for max_container_log_line_size, which {config} sets to 65536: containerd "
+        f"uses the drop-in's copy, so edits of {config} made after nvct configured it are silently overridden",
+        f"nvct runtime configure --runtime containerd --config {config} --drop-in-config {drop_in} "
+        "(brings the copy up to date); then restart containerd")
+    nvct("configure", "--runtime", "containerd", "--config", str(config), "--nvidia-runtime-path", RUNC)
+    assert _dump(str(config))["max_container_log_line_size"] == 65536
+    assert [f.status for f in drift()] == ["ok"]
+    nvct("unconfigure", "--runtime", "containerd", "--config", str(config))
+    # The backup stays, as unconfigure says: the operator changed the file since nvct first did.
+    assert sorted(os.listdir(tmp_path)) == ["config.toml", "config.toml.nvct.bak"]
+    assert "65536" in config.read_text() and "imports" not in config.read_text()
