@@ -46,6 +46,8 @@ class Explanation:
     env_reasons: dict[str, str] = field(default_factory=dict)
     #: legacy mode: what the hook does inside the container.
     inside: ContainerEdits | None = None
+    #: legacy mode: what the container's /proc/driver/nvidia shows (paths below it).
+    inside_proc: list | None = None
     requirements: list = field(default_factory=list)
     requirements_note: str = ""
     error: str | None = None
@@ -128,6 +130,7 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None) -> Ex
                 from nvct import injection
 
                 result.inside = injection.container_edits(result.request, driver, config)
+                result.inside_proc = _legacy_proc(result.request, driver, config)
                 modes.check_requirements(result.request, driver, config)
         elif result.mode == "cdi":
             _cdi_reasons(result, config)
@@ -229,6 +232,14 @@ def spec_diff(result: Explanation) -> str:
     return "".join(difflib.unified_diff(before, after, "config.json", "config.json (as the shim writes it)"))
 
 
+def _legacy_proc(request, driver, config) -> list[str]:
+    """The legacy hook's view of /proc/driver/nvidia (nvct.realize)."""
+    from nvct import injection, realize
+
+    selection = injection.selection_for(request, driver, config)
+    return realize.procfs_paths(realize.procfs_view(request, driver, selection))
+
+
 def to_json(result: Explanation, *, diff: bool = False) -> dict:
     out: dict[str, Any] = {
         "configured_mode": result.configured_mode,
@@ -237,6 +248,7 @@ def to_json(result: Explanation, *, diff: bool = False) -> dict:
         "request": _request_json(result.request),
         "edits": _edits_json(result.edits, result.env_reasons),
         "inside": _edits_json(result.inside, {}) if result.inside is not None else None,
+        "inside_proc": result.inside_proc,
         "requirements": {
             "note": result.requirements_note,
             "checks": [{"variable": name, "expression": expr, "holds": any(all(h for _, h in alt) for alt in alts),
@@ -296,6 +308,9 @@ def render_text(result: Explanation, *, diff: bool = False) -> str:
             lines.append("the hook then does, inside the container at start (the same edits jit-cdi "
                          "writes into the spec):")
             lines += _edit_lines(result.inside, {})
+            if result.inside_proc is not None:
+                lines.append("  /proc/driver/nvidia (a read-only tmpfs, when the kernel has it): "
+                             + ", ".join(result.inside_proc))
     elif result.mode == "legacy":
         lines.append(f"the shim changes nothing: {result.why}")
     elif result.mode and not result.error:

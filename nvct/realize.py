@@ -44,7 +44,7 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     rootfs = rootfs or ocispec.rootfs(spec, bundle)
     if not config.get("nvidia-container-cli.no-cgroups"):
         cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
-    procfs = _procfs_view(request, driver, injection.selection_for(request, driver, config))
+    procfs = procfs_view(request, driver, injection.selection_for(request, driver, config))
     compat = config.get("nvidia-container-runtime.modes.legacy.cuda-compat-mode") != "disabled"
     namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, procfs, spec, bundle, devbind, compat)
     return edits
@@ -89,7 +89,7 @@ _PROC_FILES = ("params", "version", "registry")
 _PROC_DRIVER = "/proc/driver/nvidia"
 
 
-def _procfs_view(request: Request, driver: Driver, selection) -> tuple[list, list[str]]:
+def procfs_view(request: Request, driver: Driver, selection) -> tuple[list, list[str]]:
     """What of /proc/driver/nvidia the container sees, as libnvidia-container decides it.
 
     The selected GPUs (MIG devices' parents included) under ``gpus/``; under
@@ -107,12 +107,18 @@ def _procfs_view(request: Request, driver: Driver, selection) -> tuple[list, lis
     return selection.all_parents(), caps
 
 
+def procfs_paths(procfs) -> list[str]:
+    """What :func:`_mask_procfs` shows, relative to /proc/driver/nvidia (for ``nvct explain``)."""
+    gpus, caps = procfs
+    return [*_PROC_FILES, *(f"gpus/{g.bus_id}" for g in gpus), *(f"capabilities/{c}".rstrip("/") for c in caps)]
+
+
 def _mask_procfs(root, driver: Driver, procfs) -> None:
     """/proc/driver/nvidia as libnvidia-container leaves it: only what the container asked for.
 
     A read-only tmpfs over it holds copies of params (with ``ModifyDeviceFiles: 0``),
     version and registry, the selected GPUs' ``gpus/<bus>`` and the MIG capability
-    files (see :func:`_procfs_view`), each bound read-only from the proc root. Other
+    files (see :func:`procfs_view`), each bound read-only from the proc root. Other
     GPUs and their MIG capabilities, and ``capabilities/mig/{config,monitor}`` unless
     asked for, are not there at all. A container whose /proc has no driver/nvidia
     (a host without the module) is left as it is.

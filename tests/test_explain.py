@@ -77,6 +77,21 @@ def test_legacy_shows_the_hook_and_what_it_does_inside(node):
     assert "the shim inserts:" in text and "the hook then does, inside the container at start" in text
 
 
+def test_legacy_shows_what_proc_driver_nvidia_will_show(node):
+    """Only the requested GPUs and MIG devices' files, as libnvidia-container masks it (nvct.realize)."""
+    gpus = node.manifest["gpus"]
+    result = explain.explain(gpu_spec("NVIDIA_VISIBLE_DEVICES=1,3"), config_for(node, "legacy"))
+    assert result.inside_proc == ["params", "version", "registry", f"gpus/{gpus[1]['bus_id']}",
+                                  f"gpus/{gpus[3]['bus_id']}"]
+    mig = gpus[0]["mig_devices"][1]
+    result = explain.explain(gpu_spec("NVIDIA_VISIBLE_DEVICES=0:1"), config_for(node, "legacy"))
+    gi = f"capabilities/gpu{gpus[0]['minor']}/mig/gi{mig['gi']}"
+    assert result.inside_proc[3:] == [f"gpus/{gpus[0]['bus_id']}", f"{gi}/access", f"{gi}/ci{mig['ci']}/access"]
+    assert explain.to_json(result)["inside_proc"] == result.inside_proc
+    assert f"/proc/driver/nvidia (a read-only tmpfs, when the kernel has it): params, version, registry, " \
+        f"gpus/{gpus[0]['bus_id']}, {gi}/access" in explain.render_text(result)
+
+
 def test_legacy_with_an_nvidia_hook_already_there_changes_nothing(node):
     spec = gpu_spec()
     spec["hooks"] = {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["x", "prestart"]}]}
