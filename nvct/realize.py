@@ -79,9 +79,10 @@ def _without(chain: list[str], name: str) -> list[str]:
 
 
 def _bind(root, mount: Mount) -> None:
-    opts = set(mount.options)
-    root.bind_mount(mount.host_path, mount.container_path, readonly="ro" in opts,
-                    nosuid="nosuid" in opts, nodev="nodev" in opts, noexec="noexec" in opts)
+    from nvct.hooks.steps import mount_flags
+
+    root.bind_mount(mount.host_path, mount.container_path,
+                    **mount_flags(mount.options, f"mount of {mount.container_path}"))
 
 
 #: The driver's own files that libnvidia-container copies into the container's /proc/driver/nvidia.

@@ -688,15 +688,18 @@ class Rootfs:
 
     def bind_mount(self, host_path: str, container_path: str, *, readonly: bool = True,
                    nosuid: bool = True, nodev: bool = True, noexec: bool = False,
-                   is_dir: bool | None = None) -> None:
+                   is_dir: bool | None = None, recursive: bool = False,
+                   private: bool = False) -> None:
         """Bind-mount trusted ``host_path`` onto ``container_path`` in the root.
 
         The target (an empty file or a directory, matching the source) is
         created if missing; an existing target is used if it resolves inside
         the root to the same kind. The mount goes onto /proc/self/fd/<fd> of
         the resolved target, is checked to show the source's inode at
-        ``container_path``, then remounted with the requested flags. Not
-        recursive: submounts of the source are not carried over.
+        ``container_path``, then remounted with the requested flags (on the
+        top mount, as runc does). Submounts of the source come along only
+        with ``recursive`` (``rbind``); ``private`` (``rprivate``) makes the
+        new mounts propagate nowhere.
         """
         rel = _normalize(container_path)
         try:
@@ -710,8 +713,10 @@ class Rootfs:
                                      f"{'not ' if is_dir else ''}a directory")
             self._mount_onto(
                 rel, src_dir,
-                lambda target: mount(_procfd(src), _procfd(target), None, MS_BIND),
-                _same_inode(src), _bind_flags(readonly, nosuid, nodev, noexec))
+                lambda target: mount(_procfd(src), _procfd(target), None,
+                                     MS_BIND | (MS_REC if recursive else 0)),
+                _same_inode(src), _bind_flags(readonly, nosuid, nodev, noexec),
+                MS_PRIVATE | MS_REC if private else 0)
         except OSError as e:
             raise self._fail(rel, e) from None
         finally:
@@ -758,13 +763,13 @@ class Rootfs:
             raise self._fail(rel, e) from None
 
     def _mount_onto(self, rel: str, directory: bool, do_mount, landed,
-                    remount: int | None = None) -> None:
+                    remount: int | None = None, propagation: int = 0) -> None:
         """Mount onto the resolved target of ``rel``, then check ``rel`` shows it.
 
         ``do_mount(target_fd)`` mounts; ``landed(target_fd, fresh_fd)`` tells
         whether a fresh resolution of ``rel`` is the new mount. If not (the
-        tree changed under us), or the remount with the final flags fails, the
-        mount is detached again.
+        tree changed under us), or the remount with the final flags or the
+        ``propagation`` change fails, the mount is detached again.
         """
         target = self._mount_target(rel, directory)
         try:
@@ -780,6 +785,8 @@ class Rootfs:
                             f"{self._show(rel)}: changed while mounting; mount undone")
                     if remount is not None:
                         mount(None, _procfd(fresh), None, MS_BIND | MS_REMOUNT | remount)
+                    if propagation:
+                        mount(None, _procfd(fresh), None, propagation)
                 finally:
                     if fresh >= 0:
                         os.close(fresh)

@@ -109,3 +109,42 @@ def test_hook_never_imports_from_pythonpath(tmp_path):
         r = run(argv, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "evil")})
         assert r.returncode == 1 and r.stderr.count("\n") == 1, argv
         assert "refusing to run: PYTHONPATH is set in the hook's environment" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount)")
+def test_bind_mount_step_mounts_a_host_dir_with_its_options_and_refuses_bad_input(tmp_path):
+    from nvct import rootfs
+    from nvct.namespaces import in_private_mount_namespace
+
+    bundle = _bundle(tmp_path, [])
+    mps = tmp_path / "host-mps"
+    mps.mkdir()
+    (mps / "control").write_text("pipe")
+    volume = tmp_path / "volume"
+    (volume / "mps").mkdir(parents=True)
+    (bundle / "rootfs/data").mkdir()
+    (bundle / "rootfs/tmp").mkdir()
+    os.symlink("/data/mps", bundle / "rootfs/tmp/linked")
+    state = json.dumps({"bundle": str(bundle)})
+    step = [NVCT, "hook", "bind-mount", "--host-path", str(mps), "--options", "nosuid,nodev,noexec,rbind,rprivate"]
+
+    def work():
+        rootfs.mount(str(volume), str(bundle / "rootfs/data"), None, rootfs.MS_BIND)
+        ok = run(step + ["--container-path", "/tmp/nvidia-mps"], stdin=state)
+        point = str(bundle / "rootfs/tmp/nvidia-mps")
+        lines = [m for m in open("/proc/self/mountinfo").read().splitlines() if f" {point} " in m]
+        return (ok.returncode, ok.stderr, os.listdir(point), [line.split()[5] for line in lines],
+                [run(step[:3] + args, stdin=state) for args in (
+                    ["--host-path", "tmp/x", "--container-path", "/x"],
+                    ["--host-path", str(mps), "--container-path", "/y", "--options", "rw,shared"],
+                    ["--host-path", str(mps), "--container-path", "/tmp/linked"])])
+
+    rc, stderr, names, options, failures = in_private_mount_namespace(work)
+    assert (rc, stderr, names) == (0, "", ["control"])
+    assert {"rw", "nosuid", "nodev", "noexec"} <= set(options[0].split(","))
+    messages = ["--host-path 'tmp/x' is not an absolute path", "unknown mount option 'shared'",
+                "/tmp/linked in container root"]
+    for r, message in zip(failures, messages):
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert "onto another mount (/data" in failures[2].stderr
+    assert os.listdir(volume / "mps") == []  # nothing mounted or created in the volume through the link

@@ -554,3 +554,28 @@ def test_concurrent_makedirs_of_one_directory(root, root_dir):
     for t in threads:
         t.join()
     assert not errors
+
+
+@needs_root
+def test_bind_mount_recursive_and_private(resolver, root_dir, tmp_path):
+    """``rbind`` carries the source's submounts along; ``rprivate`` leaves no propagation tag."""
+    src = tmp_path / "mps"
+    (src / "sub").mkdir(parents=True)
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    (inner / "pipe").write_text("x")
+
+    def work():
+        rootfs.mount(str(src), str(src), None, rootfs.MS_BIND)
+        rootfs.mount(None, str(src), None, 0x100000)  # MS_SHARED: a bind would join its peers
+        rootfs.mount(str(inner), str(src / "sub"), None, rootfs.MS_BIND)
+        out = []
+        for name, recursive in (("flat", False), ("deep", True)):
+            with Rootfs(root_dir) as root:
+                root.bind_mount(str(src), f"/{name}", readonly=False, recursive=recursive, private=True)
+            point = str(root_dir / name)
+            line, = [m for m in open("/proc/self/mountinfo").read().splitlines() if f" {point} " in m]
+            out.append((os.listdir(f"{point}/sub"), line.split()[6]))
+        return out
+
+    assert in_private_mount_namespace(work) == [([], "-"), (["pipe"], "-")]

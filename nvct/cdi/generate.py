@@ -63,7 +63,8 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         raise NvctError(f"invalid CDI kind {vendor}/{cls}: {reason}")
     if mode not in MODES:
         raise NvctError(f"unknown CDI generate mode {mode!r} (one of {', '.join(MODES)})")
-    common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig)
+    common = _writable_mounts_by_hook(
+        injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig))
     if mode == "management":
         entries = [(ALL_DEVICE, _management_edits(driver))]
         common.device_nodes = []
@@ -170,17 +171,44 @@ def _without(edits: ContainerEdits, common: ContainerEdits) -> ContainerEdits:
     return edits if rest.is_empty() else rest
 
 
+def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
+    """Writable mounts (the MPS pipe dir) become ``bind-mount`` steps at the end of the hook chain.
+
+    Podman, containerd and cri-o apply a spec's mounts sorted by depth, fewer
+    path components first, whatever order it has: ``/tmp/nvidia-mps`` would
+    come before every library and firmware target, and an image linking one
+    of their folders to it would make the runtime create those targets in the
+    host's directory. The createContainer hook runs after every mount, and
+    mounts through the Rootfs (docs/security.md, "Writable mounts last").
+    """
+    writable = [m for m in edits.mounts if m.writable]
+    if not writable:
+        return edits
+    chain = next((i for i, h in enumerate(edits.hooks) if h.args[:3] == _CHAIN), None)
+    if chain is None:  # pragma: no cover - common edits always have the chain
+        raise NvctError("generated CDI spec: writable mounts but no nvct hook chain to make them")
+    hook = edits.hooks[chain]
+    steps = [["bind-mount", "--host-path", m.host_path, "--container-path", m.container_path,
+              "--options", ",".join(m.options)] for m in writable]
+    args = list(hook.args[3:])
+    edits.hooks[chain] = hook.replace(
+        args=_CHAIN + tuple(injection.join_steps(([args] if args else []) + steps)))
+    edits.mounts = [m for m in edits.mounts if not m.writable]
+    return edits
+
+
+_CHAIN = ("nvct", "hook", "chain")
+
+
 def _sorted(edits: ContainerEdits) -> ContainerEdits:
-    """Nodes and mounts by depth, then path: a parent directory's mount comes first,
-    except that writable mounts come after all read-only ones."""
+    """Nodes and mounts by depth, then path: a parent directory's mount comes first."""
     def depth(path: str) -> tuple[int, str]:
         return os.path.normpath(path).count("/"), path
 
     return ContainerEdits(
         env=list(edits.env),
         device_nodes=sorted(edits.device_nodes, key=lambda n: depth(n.path)),
-        # Writable mounts (the MPS pipe dir) last: never a path for later targets.
-        mounts=sorted(edits.mounts, key=lambda m: (m.writable, depth(m.container_path))),
+        mounts=sorted(edits.mounts, key=lambda m: depth(m.container_path)),
         hooks=list(edits.hooks),
         additional_gids=list(edits.additional_gids),
     )

@@ -3,8 +3,9 @@
 A spec generated inside a driver container (driver at ``/run/nvidia/driver``)
 or for a host whose driver will live elsewhere is fixed up without
 regenerating it. Relative to the *host* (the default), host-side paths move:
-device node host paths, mount sources, and the paths and arguments of hooks
-that run on the host. Relative to the *container*, container-side paths move:
+device node host paths, mount sources, the paths and arguments of hooks
+that run on the host, and the source (``--host-path``) of the in-container
+hook's ``bind-mount`` steps. Relative to the *container*, container-side paths move:
 device node paths, mount targets, and what createContainer/startContainer
 hooks see (a node without a host path gets its old path as one: the host
 device does not move). A root matches at a path component boundary only (``/driver``
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 RELATIVE_TO = ("host", "container")
 _IN_CONTAINER_HOOKS = ("createContainer", "startContainer")
+_HOST_FLAG = "--host-path"
 
 
 def transform_root(raw: dict[str, Any], from_root: str, to_root: str, relative_to: str = "host") -> None:
@@ -73,6 +75,8 @@ def _host_edits(edits: dict[str, Any], move: Callable[[str], str]) -> None:
             hook["path"] = move(hook["path"])
         if hook["hookName"] not in _IN_CONTAINER_HOOKS and hook.get("args"):
             hook["args"] = [_move_arg(a, move) for a in hook["args"]]
+        elif hook.get("args"):
+            hook["args"] = _move_args(hook["args"], move, host=True)
 
 
 def _container_edits(edits: dict[str, Any], move: Callable[[str], str]) -> None:
@@ -87,7 +91,24 @@ def _container_edits(edits: dict[str, Any], move: Callable[[str], str]) -> None:
         if hook["hookName"] == "startContainer":
             hook["path"] = move(hook["path"])
         if hook["hookName"] in _IN_CONTAINER_HOOKS and hook.get("args"):
-            hook["args"] = [_move_arg(a, move) for a in hook["args"]]
+            hook["args"] = _move_args(hook["args"], move, host=False)
+
+
+def _move_args(args: list[str], move: Callable[[str], str], *, host: bool) -> list[str]:
+    """An in-container hook's arguments, moving its host paths (``host``) or its container paths.
+
+    Its host paths are the values of ``--host-path`` (the ``bind-mount`` step's
+    source); every other path argument is a container path.
+    """
+    out = []
+    for i, arg in enumerate(args):
+        if arg.startswith(_HOST_FLAG + "="):
+            out.append(_HOST_FLAG + "=" + move(arg[len(_HOST_FLAG) + 1:]) if host else arg)
+        elif i > 0 and args[i - 1] == _HOST_FLAG:
+            out.append(move(arg) if host else arg)
+        else:
+            out.append(arg if host else _move_arg(arg, move))
+    return out
 
 
 def _move_arg(arg: str, move: Callable[[str], str]) -> str:

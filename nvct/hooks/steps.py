@@ -7,6 +7,7 @@ which cannot be led outside the root by a symlink.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from nvct.errors import NvctError
@@ -147,6 +148,58 @@ def chmod(args: _Args, ctx: HookContext) -> None:
                 root.chmod(path, mode)
 
 
+def bind_mount(args: _Args, ctx: HookContext) -> None:
+    """``--host-path H --container-path C [--options o,o]``: bind-mount a host path last.
+
+    CDI consumers (podman, containerd, cri-o) sort a spec's mounts by depth,
+    so a spec cannot keep a writable host directory (the MPS pipe dir) after
+    the mounts an image symlink could lead into it: specs from ``nvct cdi
+    generate`` mount it here instead, after every spec mount, through the
+    Rootfs and its mount-boundary rule (docs/security.md).
+    """
+    import posixpath
+
+    from nvct.rootfs import Rootfs
+
+    host, target = args.one("host-path") or "", args.one("container-path") or ""
+    for flag, path in (("--host-path", host), ("--container-path", target)):
+        if not path.startswith("/"):
+            raise NvctError(f"bind-mount: {flag} {path!r} is not an absolute path")
+    flags = mount_flags(",".join(args.all("options")).split(","), "bind-mount: --options")
+    with Rootfs(ctx.rootfs) as root:
+        # An existing target that an image symlink leads onto another mount (a volume
+        # with shared propagation would carry our mount to the host) is refused too.
+        probe = target if os.path.isdir(host) else posixpath.dirname(target)
+        if root.exists(probe):
+            root.check_same_mount(probe)
+        root.bind_mount(host, target, **flags)
+
+
+#: Mount options a bind mount nvct makes understands, as ``Rootfs.bind_mount`` arguments.
+_MOUNT_OPTIONS = {"ro": ("readonly", True), "rw": ("readonly", False), "nosuid": ("nosuid", True),
+                  "nodev": ("nodev", True), "noexec": ("noexec", True), "bind": ("recursive", False),
+                  "rbind": ("recursive", True), "private": ("private", False),
+                  "rprivate": ("private", True)}
+
+
+def mount_flags(options, what: str) -> dict[str, bool]:
+    """CDI/OCI mount ``options`` -> keyword arguments of :meth:`nvct.rootfs.Rootfs.bind_mount`.
+
+    Unlisted flags are off (suid, dev and exec allowed: say ``nosuid`` etc.), so a
+    realized mount has exactly the options its edit names, as under runc.
+    """
+    out = {"readonly": False, "nosuid": False, "nodev": False, "noexec": False}
+    for option in options:
+        if not option:
+            continue
+        known = _MOUNT_OPTIONS.get(option)
+        if known is None:
+            raise NvctError(f"{what}: unknown mount option {option!r} "
+                            f"(known: {', '.join(sorted(_MOUNT_OPTIONS))})")
+        out[known[0]] = known[1]
+    return out
+
+
 _PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
 _PROFILE_FILE = _PROFILE_DIR + "/10-container.conf"
 
@@ -154,7 +207,6 @@ _PROFILE_FILE = _PROFILE_DIR + "/10-container.conf"
 def update_application_profile(args: _Args, ctx: HookContext) -> None:
     """Limit EGL/Vulkan to the container's GPUs: ``EGLVisibleDGPUDevices`` = a mask of its
     ``/dev/nvidiaN`` minors, in a driver application profile (the reference's hook of that name)."""
-    import os
     import stat
 
     from nvct.rootfs import Rootfs
@@ -204,4 +256,5 @@ STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
     "disable-device-node-modification": disable_device_node_modification,
     "chmod": chmod,
     "update-application-profile": update_application_profile,
+    "bind-mount": bind_mount,
 }

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-#: Run inside the container: device nodes, what the loader finds, what NVML shows.
+#: Run inside the container: device nodes, what the loader finds, what NVML shows, the MPS mount.
 CHECK_SCRIPT = (
     "echo '== nodes'; find /dev -name 'nvidia*' -type c | sort; "
     "echo '== probe'; /usr/local/bin/dlopen-probe libcuda.so.1 libnvidia-ml.so.1; echo \"probe-rc=$?\"; "
-    "echo '== smi'; nvidia-smi -L"
+    "echo '== smi'; nvidia-smi -L; "
+    "echo '== mps'; grep ' /tmp/nvidia-mps ' /proc/self/mountinfo | cut -d' ' -f5,6"
 )
 
 #: The devices every test requests: a whole GPU (with MIG enabled), all, a MIG device.
@@ -60,6 +61,11 @@ def assert_container_sees(result, node: dict, device: str) -> None:
         assert f"ok {soname} /usr/lib/x86_64-linux-gnu/{soname}" in probe, result.describe()
     listed = {line.rsplit("(UUID: ", 1)[1].rstrip(")") for line in found.get("smi", []) if "(UUID: " in line}
     assert listed == uuids, result.describe()
+    # The host's MPS pipe dir, read-write as libnvidia-container mounts it (by the hook in CDI specs).
+    (mps,) = found.get("mps") or [""]
+    where, _, options = mps.partition(" ")
+    assert where == "/tmp/nvidia-mps", result.describe()
+    assert {"rw", "nosuid", "nodev", "noexec"} <= set(options.split(",")), result.describe()
 
 
 def generate_spec_text(entry_points: dict, node: dict, vendor: str = "nvidia.com") -> str:

@@ -191,3 +191,18 @@ def test_automatic_devices_are_generated_for_the_request(node):
     paths = [n.path for n in edits.device_nodes]
     assert "/dev/nvidia3" in paths and "/dev/nvidia0" not in paths
     assert edits.hooks[0].path == HOOK
+
+
+def test_writable_mounts_are_made_by_the_hook_after_every_spec_mount(node):
+    """CDI consumers sort spec mounts by depth: the read-write MPS dir would come before the
+    libraries and firmware. The hook chain's last step mounts it instead."""
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    edits = [raw["containerEdits"]] + [d["containerEdits"] for d in raw["devices"]]
+    mounts = [m for e in edits for m in e.get("mounts", ())]
+    assert mounts and all("ro" in m["options"] for m in mounts)
+    assert "/tmp/nvidia-mps" not in {m["containerPath"] for m in mounts}
+    hook, = raw["containerEdits"]["hooks"]
+    assert hook["env"] and hook["args"][-8:] == [
+        "--", "bind-mount", "--host-path", node["roots"]["driver_root"] + "/tmp/nvidia-mps",
+        "--container-path", "/tmp/nvidia-mps", "--options", "nosuid,nodev,noexec,rbind,rprivate"]
+    assert hook["args"].count("bind-mount") == 1

@@ -95,3 +95,23 @@ def test_a_hook_without_env_comes_out_sealed(relative_to):
     raw["containerEdits"]["hooks"][1]["env"] = ["PATH=/opt/vendor/bin"]
     transform_root(raw, "/driver", "/driver", relative_to)
     assert [h["env"] for h in raw["containerEdits"]["hooks"]] == [ENV, ["PATH=/opt/vendor/bin"], ENV]
+
+
+BIND_MOUNT = {"hookName": "createContainer", "path": "/driver/bin/nvct", "env": ENV, "args": [
+    "nvct", "hook", "chain", "update-ldcache", "--folder", "/driver/lib", "--", "bind-mount",
+    "--host-path", "/driver/tmp/nvidia-mps", "--container-path", "/driver/tmp/nvidia-mps",
+    "--options", "nosuid,nodev,noexec,rbind,rprivate", "--", "bind-mount", "--host-path=/driver/x",
+    "--container-path", "/driver/x"]}
+
+
+@pytest.mark.parametrize("relative_to, host, container", [
+    ("host", "/host", "/driver"), ("container", "/driver", "/host")])
+def test_a_bind_mount_steps_source_is_a_host_path(relative_to, host, container):
+    """The in-container hook mounts the MPS dir from the host: its --host-path moves with the host."""
+    raw = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [],
+           "containerEdits": {"hooks": [copy.deepcopy(BIND_MOUNT)]}}
+    transform_root(raw, "/driver", "/host", relative_to)
+    args = raw["containerEdits"]["hooks"][0]["args"]
+    assert args[3:6] == ["update-ldcache", "--folder", f"{container}/lib"]
+    assert args[8:12] == ["--host-path", f"{host}/tmp/nvidia-mps", "--container-path", f"{container}/tmp/nvidia-mps"]
+    assert args[-3:] == [f"--host-path={host}/x", "--container-path", f"{container}/x"]

@@ -15,13 +15,17 @@ its GPU or is refused with one clear line.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 
 import pytest
 
 from tests.security.conftest import snapshot
-from tests.support.fixtures import rootfs  # noqa: F401
-from tests.support.gpu_runs import MODES, mounts_under, need_runtime, refusal, run_gpu
+from tests.support.fixtures import need_binaries, rootfs  # noqa: F401
+from tests.support.gpu_runs import MODES, generate_spec, mounts_under, need_runtime, refusal, run_gpu
+from tests.support.image import ImageSpec, build_image_tar
+from tests.support.podman import CDI_DIRS, PODMAN, Podman, cdi_spec, unique_cdi_vendor
+from tests.support.runtimes import RUNTIMES
 
 pytestmark = pytest.mark.containers
 
@@ -104,3 +108,50 @@ def test_no_target_is_created_in_an_engine_volume(tmp_path, sim_node, rootfs, ru
     assert snapshot(volume) == before, result.describe()
     assert "into the bind mount at /data" in refusal(result, tmp_path), result.describe()
     assert not mounts_under(rootfs)
+
+
+@pytest.fixture(scope="module", params=["runc", "crun"])
+def cdi_podman(request, tmp_path_factory, sim_node):
+    """(podman under runc or crun, vendor): podman applies the node's generated spec itself."""
+    need_runtime(request.param)
+    need_binaries(PODMAN)
+    spec = generate_spec(tmp_path_factory.mktemp("cdi-spec"), sim_node["config"], vendor=unique_cdi_vendor())
+    with open(spec) as f:
+        text = f.read()
+    vendor = text.split("kind: ", 1)[1].split("/", 1)[0]
+    with Podman(runtime=RUNTIMES[request.param][0]) as podman, \
+            cdi_spec(text, directory=CDI_DIRS[1], suffix=".yaml"):
+        yield podman, vendor
+
+
+@pytest.mark.parametrize("plant", ["none", "firmware", "libdir"])
+def test_podman_applying_the_generated_spec_creates_nothing_in_the_hosts_mps_directory(
+        cdi_podman, tmp_path, sim_node, rootfs, plant):
+    """The CDI library sorts every mount by depth (fewer components first), so a spec cannot
+    keep the MPS dir after the libraries and firmware: nvct's createContainer hook mounts it."""
+    podman, vendor = cdi_podman
+    host_mps = os.path.join(sim_node["roots"]["driver_root"], MPS.lstrip("/"))
+    if plant != "none":
+        _plant(rootfs, f"/lib/firmware/nvidia/{sim_node['driver_version']}" if plant == "firmware" else LIBDIR)
+    image = ImageSpec(name=f"localhost/nvct-mps-{plant}", tag="t")
+    build_image_tar(rootfs, tmp_path / "image.tar", image.name, image.tag)
+    podman.load(tmp_path / "image.tar")
+    marker = f"nvct-marker-{secrets.token_hex(4)}"
+    existing = set(os.listdir(host_mps))
+    with open(os.path.join(host_mps, marker), "w") as f:
+        f.write("host mps\n")
+    try:
+        before = snapshot(host_mps)
+        result = podman.run(["--rm", "--device", f"{vendor}/gpu=0", image.ref, "sh", "-c",
+                             f"cat {MPS}/{marker}; grep ' {MPS} ' /proc/self/mountinfo; ls /dev/nvidia0"])
+        assert snapshot(host_mps) == before, result.describe()
+    finally:
+        for name in set(os.listdir(host_mps)) - existing:  # the node is the session's: leave it clean
+            path = os.path.join(host_mps, name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+    # The container runs with its GPU and the host's MPS dir, mounted as the spec mount was.
+    assert result.ok and result.stdout.startswith("host mps\n"), result.describe()
+    assert result.stdout.splitlines()[-1] == "/dev/nvidia0", result.describe()
+    mountinfo = result.stdout.splitlines()[1].split()
+    assert {"rw", "nosuid", "nodev", "noexec"} <= set(mountinfo[5].split(",")), result.describe()
+    assert mountinfo[6] == "-", result.describe()  # no propagation tag: rprivate

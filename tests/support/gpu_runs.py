@@ -72,12 +72,12 @@ def spec_dir(tmp_path, node: Mapping | None = None) -> str:
     return directory
 
 
-def generate_spec(tmp_path, config: str) -> str:
+def generate_spec(tmp_path, config: str, vendor: str = "nvidia.com") -> str:
     """``nvct cdi generate`` under ``config`` into ``tmp_path/cdi/nvidia.yaml``."""
     spec = os.path.join(spec_dir(tmp_path), "nvidia.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}
     env["NVIDIA_CTK_CONFIG_FILE_PATH"] = config
-    proc = subprocess.run([NVCT, "cdi", "generate", "--hook-path", NVCT, "--output", spec],
+    proc = subprocess.run([NVCT, "cdi", "generate", "--hook-path", NVCT, "--vendor", vendor, "--output", spec],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return spec
