@@ -68,14 +68,19 @@ def assert_container_sees(result, node: dict, device: str) -> None:
     assert {"rw", "nosuid", "nodev", "noexec"} <= set(options.split(",")), result.describe()
 
 
-def generate_spec_text(entry_points: dict, node: dict, vendor: str = "nvidia.com") -> str:
-    """``nvct cdi generate`` for ``node`` (YAML), with the hook pointing at our nvct."""
+def generate_spec_text(entry_points: dict, node: dict, vendor: str = "nvidia.com", *,
+                       program: str | None = None, hook_path: str | None = None) -> str:
+    """``nvct cdi generate`` for ``node`` (YAML), with the hook pointing at our nvct.
+
+    ``program`` runs instead of nvct (``nvidia-ctk``), ``hook_path`` is given as
+    ``--nvidia-cdi-hook-path`` (the GPU Operator's flag).
+    """
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}
     env["NVIDIA_CTK_CONFIG_FILE_PATH"] = node["config"]
-    proc = subprocess.run([entry_points["nvct"], "cdi", "generate", "--vendor", vendor,
-                           "--hook-path", entry_points["nvct"]],
+    proc = subprocess.run([program or entry_points["nvct"], "cdi", "generate", "--vendor", vendor,
+                           "--nvidia-cdi-hook-path", hook_path or entry_points["nvct"]],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -6,8 +6,11 @@ vendor no other spec uses, and is always removed afterwards.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from tests.e2e.conftest import VENV_BIN
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED
 from tests.support.podman import CDI_DIRS, cdi_spec, unique_cdi_vendor
 
@@ -37,3 +40,16 @@ def test_podman_reads_a_spec_in_etc_cdi_too(private_podman, node, entry_points):
         result = private_podman.run(["--rm", "--device", f"{vendor}/gpu=1", BUSYBOX_IMAGE_QUALIFIED,
                                      "sh", "-c", e2e.CHECK_SCRIPT])
     e2e.assert_container_sees(result, node, "1")
+
+
+def test_podman_runs_a_spec_from_nvidia_ctk_naming_nvidia_cdi_hook(private_podman, node, entry_points):
+    """``nvidia-ctk cdi generate --nvidia-cdi-hook-path .../nvidia-cdi-hook`` (as the GPU Operator
+    runs it): the chain runs under that program, MPS mount included."""
+    vendor = unique_cdi_vendor()
+    text = e2e.generate_spec_text(entry_points, node, vendor, program=os.path.join(VENV_BIN, "nvidia-ctk"),
+                                  hook_path=os.path.join(VENV_BIN, "nvidia-cdi-hook"))
+    assert "nvidia-cdi-hook" in text
+    with cdi_spec(text, directory=CDI_DIRS[1], suffix=".yaml"):
+        result = private_podman.run(["--rm", "--device", f"{vendor}/gpu=0", BUSYBOX_IMAGE_QUALIFIED,
+                                     "sh", "-c", e2e.CHECK_SCRIPT])
+    e2e.assert_container_sees(result, node, "0")

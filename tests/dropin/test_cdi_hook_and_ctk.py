@@ -86,3 +86,14 @@ def test_ctk_verbs_are_nvcts(tmp_path):
     assert json.loads(daemon.read_text())["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
     for verb in (["cdi", "--help"], ["system", "--help"], ["hook", "--help"]):
         assert run([CTK, *verb]).returncode == 0, verb
+
+
+@pytest.mark.parametrize("program", [[CDI_HOOK, "hook"], [CTK, "hook"]])
+def test_nvcts_own_chain_runs_when_cdi_generate_named_these_programs(container_root, program):
+    """``cdi generate --nvidia-cdi-hook-path P`` writes ``P`` with args ``nvct hook chain ...``: the
+    program sees ``hook chain ...`` (nvidia-cdi-hook) or ``chain ...`` (after nvidia-ctk's ``hook``)."""
+    root, state = container_root
+    proc = run([*program, "chain", "create-symlinks", "--link", "a::/x/b", "--", "chmod", "--mode", "755",
+                "--path", "/dev"], stdin=state.read_text())
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert os.readlink(root / "x/b") == "a" and stat.S_IMODE(os.stat(root / "dev").st_mode) == 0o755
