@@ -184,20 +184,18 @@ def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
     writable = [m for m in edits.mounts if m.writable]
     if not writable:
         return edits
-    chain = next((i for i, h in enumerate(edits.hooks) if h.args[:3] == _CHAIN), None)
+    chain = next((i for i, h in enumerate(edits.hooks) if injection.chain_steps(h.args) is not None), None)
     if chain is None:  # pragma: no cover - common edits always have the chain
         raise NvctError("generated CDI spec: writable mounts but no nvct hook chain to make them")
     hook = edits.hooks[chain]
-    steps = [["bind-mount", "--host-path", m.host_path, "--container-path", m.container_path,
-              "--options", ",".join(m.options)] for m in writable]
-    args = list(hook.args[3:])
+    steps = injection.chain_steps(hook.args) or []
+    prefix = list(hook.args[:len(hook.args) - len(steps)])
+    mounts = [["bind-mount", "--host-path", m.host_path, "--container-path", m.container_path,
+               "--options", ",".join(m.options)] for m in writable]
     edits.hooks[chain] = hook.replace(
-        args=_CHAIN + tuple(injection.join_steps(([args] if args else []) + steps)))
+        args=tuple(prefix + injection.join_steps(([steps] if steps else []) + mounts)))
     edits.mounts = [m for m in edits.mounts if not m.writable]
     return edits
-
-
-_CHAIN = ("nvct", "hook", "chain")
 
 
 def _sorted(edits: ContainerEdits) -> ContainerEdits:

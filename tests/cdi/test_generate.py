@@ -206,3 +206,12 @@ def test_writable_mounts_are_made_by_the_hook_after_every_spec_mount(node):
         "--", "bind-mount", "--host-path", node["roots"]["driver_root"] + "/tmp/nvidia-mps",
         "--container-path", "/tmp/nvidia-mps", "--options", "nosuid,nodev,noexec,rbind,rprivate"]
     assert hook["args"].count("bind-mount") == 1
+
+
+@pytest.mark.parametrize("program, prefix", [
+    ("/usr/bin/nvidia-cdi-hook", ["nvidia-cdi-hook", "chain"]),
+    ("/usr/bin/nvidia-ctk", ["nvidia-ctk", "hook", "chain"])])
+def test_the_mps_step_joins_the_chain_of_any_hook_program(node, program, prefix):
+    hook, = generate.generate(node_driver(node), hook_path=program)["containerEdits"]["hooks"]
+    assert hook["args"][:len(prefix)] == prefix and hook["args"][len(prefix)] == "create-symlinks"
+    assert hook["args"][-8:-6] == ["--", "bind-mount"]
