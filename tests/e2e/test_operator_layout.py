@@ -2,9 +2,9 @@
 
 The Operator's driver container is mounted at ``/run/nvidia/driver``, with the
 device nodes in ``/run/nvidia/driver/dev`` and none in the host's ``/dev``; its
-config sets only ``nvidia-container-cli.root``. Here the simulated node is the
-driver root and its config has no ``[nvct] dev-root`` (the proc root stays set:
-this machine's kernel has no NVIDIA module). Every command must then find the
+config sets only ``nvidia-container-cli.root``. Here a simulated node is built
+at ``<host>/run/nvidia/driver`` and its config has no ``[nvct] dev-root`` (the
+proc root stays set: this machine's kernel has no NVIDIA module). Every command must then find the
 nodes under the driver root, as the reference does, and agree on them; real
 containers get their GPUs and an IMEX channel.
 """
@@ -24,13 +24,21 @@ IMEX0 = "/dev/nvidia-caps-imex-channels/channel0"
 
 
 @pytest.fixture(scope="module")
-def operator_node(sim_node, tmp_path_factory):
-    """The shared simulated node, under a config that names only the driver root (and the proc root)."""
-    root = sim_node["roots"]["driver_root"]
-    path = tmp_path_factory.mktemp("operator") / "config.toml"
+def operator_node(tmp_path_factory):
+    """A node at ``<host>/run/nvidia/driver``, under a config naming only the driver root (and the proc root)."""
+    from tests.support.fixtures import need_root
+
+    need_root("builds a simulated node with mknod")
+    from nvct.simulate import build_node
+
+    host = tmp_path_factory.mktemp("operator-host")
+    node = build_node(host / "run/nvidia/driver")
+    root = node["roots"]["driver_root"]
+    assert not (host / "dev").exists()  # the "host" has no /dev/nvidia*: only the driver root has nodes
+    path = host / "config.toml"
     path.write_text(f'[nvidia-container-cli]\nroot = "{root}"\n\n'
-                    f'[nvct]\nproc-root = "{sim_node["roots"]["proc_root"]}"\n')
-    return {**sim_node, "config": str(path)}
+                    f'[nvct]\nproc-root = "{node["roots"]["proc_root"]}"\n')
+    return {**node, "config": str(path)}
 
 
 def _run(argv, config, *extra_env) -> str:
