@@ -28,6 +28,7 @@ from typing import Callable
 
 from nvct.errors import ConfigError
 from nvct.fileutil import write_atomic
+from nvct.runtimes import configured
 from nvct.runtimes.document import Document, Edit, JsonDocument, TomlDocument, same
 
 BACKUP_SUFFIX = ".nvct.bak"
@@ -110,11 +111,13 @@ class Change:
                 return
             _makedirs(record_path(self.anchor))
             _write_record(record_path(self.anchor), self.record)
+            configured.add(self.anchor, self.engine)
         for f in self.files:
             if f.changed:
                 _write(f)
         if self.action == "unconfigure":
             _remove(record_path(self.anchor))
+            configured.remove(self.anchor)
             self._drop_stale_backup()
             for directory in self.dirs_to_remove:
                 try:

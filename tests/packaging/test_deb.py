@@ -234,9 +234,10 @@ def _user_edit(text: str) -> str:
 
 
 @contextlib.contextmanager
-def _installed(deb) -> Iterator[list[str]]:
+def _installed(deb, purged: list | None = None) -> Iterator[list[str]]:
     """``apt-get install`` the .deb, yield ``dpkg -L nvct``; purge it and check
-    that the purge left nothing behind (when the body succeeded)."""
+    that the purge left nothing behind (when the body succeeded). ``purged``
+    gets the purge's result."""
     there_before = {p for p in deb.paths if os.path.lexists(p)}
     files: list[str] = []
     # stdin is /dev/null: a conffile prompt would fail the install, not hang it.
@@ -249,6 +250,8 @@ def _installed(deb) -> Iterator[list[str]]:
         yield files
     finally:
         purge = run([*APT, "purge", "nvct"], env=APT_ENV, timeout=300)
+        if purged is not None:
+            purged.append(purge)
     assert purge.ok, purge.describe()
     assert _dpkg_state("nvct") == "not-installed"
     left = sorted(p for p in set(files) | deb.paths if p not in there_before and os.path.lexists(p))
@@ -302,6 +305,56 @@ def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path)
         run(["dpkg", "-i", str(deb.path)], env=APT_ENV, timeout=300).check()
         assert config.parse_toml(Path(CONFFILE).read_bytes(), CONFFILE) == edited
         assert "# debugging node 7" in Path(CONFFILE).read_text()
+
+
+#: An engine config of each kind, as a node has it before nvct.
+ENGINE_CONFIGS = {
+    "docker": ("docker/daemon.json", '{\n    "log-level": "warn"\n}\n'),
+    "containerd": ("containerd/config.toml", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]'
+                                             '\nruntime_type = "io.containerd.runc.v2"\n'),
+    "crio": ("crio/crio.conf", '[crio.runtime]\ndefault_runtime = "crun"\n'),
+}
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file (with its bytes) and directory under ``root``."""
+    return {str(p.relative_to(root)) + ("/" if p.is_dir() else ""): b"" if p.is_dir() else p.read_bytes()
+            for p in sorted(root.rglob("*"))}
+
+
+def _engines(root: Path, action: str) -> None:
+    for engine, (rel, _) in ENGINE_CONFIGS.items():
+        run(["/usr/bin/nvct", "runtime", action, "--runtime", engine, "--config", str(root / rel),
+             *(["--set-as-default"] if action == "configure" else [])], env=BUILD_ENV).check()
+
+
+@needs_root_and_apt
+def test_configure_unconfigure_purge_and_configure_purge_leave_no_nvct_entries_nor_files(deb, tmp_path):
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    root = tmp_path / "etc"
+    for rel, text in ENGINE_CONFIGS.values():
+        (root / rel).parent.mkdir(parents=True)
+        (root / rel).write_text(text)
+    before = _tree(root)
+    spec = Path("/var/run/cdi") / f"nvct-test-{os.getpid()}.yaml"  # where nvidia-cdi-refresh generates
+    purged: list = []
+    with _installed(deb, purged):
+        _engines(root, "configure")
+        assert "nvidia-container-runtime" in (root / "docker/daemon.json").read_text()
+        assert (root / "containerd/conf.d/99-nvidia.toml").exists() and (root / "crio/crio.conf.d").exists()
+        _engines(root, "unconfigure")
+        assert _tree(root) == before  # configure -> unconfigure: byte for byte, no file or directory left
+        _engines(root, "configure")  # configured again, then left to the package's removal
+        spec.parent.mkdir(parents=True, exist_ok=True)
+        spec.write_text('cdiVersion: "0.5.0"\nkind: nvidia.com/gpu\ndevices: []\ncontainerEdits:\n  hooks:\n'
+                        '  - hookName: createContainer\n    path: /usr/bin/nvct\n    args: [nvct, hook, chain]\n')
+    assert _tree(root) == before  # the removal undid every engine's configuration
+    assert not spec.exists() and not os.path.lexists("/var/lib/nvct")
+    said = (purged[0].stdout + purged[0].stderr).replace("\r\n", "\n")  # dpkg: CR LF
+    for engine, (rel, _) in ENGINE_CONFIGS.items():
+        restart = {"docker": "dockerd", "crio": "cri-o"}.get(engine, engine)
+        assert f"nvct: undid its configuration of {engine} in {root / rel} (restart {restart} to apply)\n" in said
+    assert f"nvct: removed {spec} (a CDI spec whose hooks run nvct's programs)\n" in said
 
 
 @pytest.mark.skipif(not os.access(PODMAN, os.X_OK), reason=f"needs {PODMAN}")
