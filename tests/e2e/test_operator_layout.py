@@ -135,3 +135,13 @@ def test_nvidia_container_cli_root_flag_moves_the_dev_root_too(operator_node, tm
     config.write_text(f'[nvct]\nproc-root = "{operator_node["roots"]["proc_root"]}"\n')
     out = _run([os.path.join(VENV_BIN, "nvidia-container-cli"), f"--root={root}", "list", "--device=1"], str(config))
     assert {p for p in out.split() if "/dev/" in p} == _host(operator_node, expected_nodes(operator_node, [1]))
+
+
+@pytest.mark.containers
+def test_a_cdi_mode_container_gets_its_gpus_from_the_generated_spec(operator_node, tmp_path, rootfs):
+    """cdi mode: the spec nvct cdi generate wrote on this node (run_gpu writes it) gives the GPUs."""
+    need_runtime("runc")
+    result = run_gpu(tmp_path, operator_node, rootfs, mode="cdi", env=["NVIDIA_VISIBLE_DEVICES=1,3"],
+                     command="find /dev -type c -name 'nvidia*' | sort")
+    assert result.ok, result.describe()
+    assert set(result.stdout.split()) == expected_nodes(operator_node, [1, 3])
