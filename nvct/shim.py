@@ -85,9 +85,13 @@ def _create(args, config, start: float) -> None:
     log.setup(config.get("nvidia-container-runtime.log-level") or "info",
               config.get("nvidia-container-runtime.debug"), fmt=args.log_format or "text")
     typos = config.unknown_keys_warning()
-    if typos:
-        log.logger.warning("%s", typos)
-    result = modes.modify(spec, request, config, log_format=args.log_format, bundle=args.bundle)
+    result = None
+    try:
+        result = modes.modify(spec, request, config, log_format=args.log_format, bundle=args.bundle)
+    finally:
+        # A typo may be why the start fails; in legacy mode the hook logs it (once per start).
+        if typos and (result is None or result.mode != "legacy"):
+            log.logger.warning("%s", typos)
     ocispec.save(args.bundle, spec)
     log.logger.info("container start", fields={
         "id": args.container_id, "mode": result.mode, "devices": list(result.devices),

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.support.bundle import make_bundle
 from tests.support.gpu_runs import PATH_ENV, SHIM, need_runtime, refusal, run_gpu
 from tests.support.runtimes import run_container
@@ -48,9 +50,10 @@ def test_a_gpu_container_gets_the_config_error(tmp_path, rootfs):
     assert "inside" not in result.stdout
 
 
-def test_a_typo_in_a_key_is_logged_once_per_start_and_the_gpu_container_runs(tmp_path, rootfs, sim_node):
+@pytest.mark.parametrize("mode", ["jit-cdi", "legacy"])
+def test_a_typo_in_a_key_is_logged_once_per_start_and_the_gpu_container_runs(tmp_path, rootfs, sim_node, mode):
     need_runtime("runc")
-    result = run_gpu(tmp_path, sim_node, rootfs, mode="jit-cdi", env=["NVIDIA_VISIBLE_DEVICES=0"],
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, env=["NVIDIA_VISIBLE_DEVICES=0"],
                      extra_config='mod = "legacy"\n', command="ls /dev/nvidia0")
     assert result.ok, result.describe()
     assert result.stdout.strip() == "/dev/nvidia0"

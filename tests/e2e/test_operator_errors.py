@@ -67,6 +67,13 @@ def test_a_gpu_by_index_without_the_kernel_module_says_the_driver_is_not_loaded(
             f"nvidia-container-runtime: {said}\n"
         assert _explain_error(config, f"NVIDIA_VISIBLE_DEVICES={value}") == \
             f"error:    the container would not start: {said}"
+    with open(config) as f:
+        text = f.read()
+    with open(config, "w") as f:
+        f.write(text.replace('mode = "auto"', 'mode = "legacy"'))
+    # legacy mode: the prestart hook says it, and runc passes its stderr on
+    assert _start(tmp_path, rootfs, config, ["NVIDIA_VISIBLE_DEVICES=1"]).endswith(
+        f"stderr: nvidia-container-runtime-hook: {said}\n\n")
 
 
 def test_a_missing_driver_root_names_the_key_and_its_value(tmp_path, rootfs, sim_node):
