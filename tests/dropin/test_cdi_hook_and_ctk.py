@@ -90,7 +90,7 @@ def test_ctk_verbs_are_nvcts(tmp_path):
 
 @pytest.mark.parametrize("program", [[CDI_HOOK, "hook"], [CTK, "hook"]])
 def test_nvcts_own_chain_runs_when_cdi_generate_named_these_programs(container_root, program):
-    """``cdi generate --nvidia-cdi-hook-path P`` writes ``P`` with args ``nvct hook chain ...``: the
+    """Specs from earlier nvct versions give ``P`` the args ``nvct hook chain ...``: the
     program sees ``hook chain ...`` (nvidia-cdi-hook) or ``chain ...`` (after nvidia-ctk's ``hook``)."""
     root, state = container_root
     proc = run([*program, "chain", "create-symlinks", "--link", "a::/x/b", "--", "chmod", "--mode", "755",
