@@ -23,11 +23,14 @@ written for a newer toolkit keep running.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence, Tuple
-
 from nvct.errors import RequirementError
+
+TYPE_CHECKING = False  # no re, dataclasses or typing: every GPU container start imports this
+if TYPE_CHECKING:
+    from typing import Mapping, Optional, Sequence, Tuple
+
+    Device = Tuple[Optional[str], Optional[str]]  # (arch "9.0", brand "tesla")
+    Verdict = Tuple[str, bool]  # (condition text, holds)
 
 __all__ = [
     "Condition",
@@ -51,38 +54,50 @@ _OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 _OPERATOR_CHARS = "<>=!"
 _VERSION_PROPERTIES = ("cuda", "driver", "arch")
 _PROPERTIES = _VERSION_PROPERTIES + ("brand",)
-_VERSION = re.compile(r"[0-9][0-9.]*")
+_DIGITS = frozenset("0123456789")
+_VERSION_CHARS = _DIGITS | {"."}
+_IDENTIFIER_CHARS = _DIGITS | frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
 _MAX_COMPONENT = 2**64 - 2  # strtoumax's overflow value is rejected too
 _UPDATE_HINT = ", please update your driver to a newer version, or use an earlier cuda container"
 # NVIDIA_DISABLE_REQUIRE true spellings, compared lower-cased: Go's
 # strconv.ParseBool's plus "yes"/"on" (a deliberate difference, docs/differences.md).
 _TRUE = frozenset({"1", "t", "true", "yes", "on"})
-# The loose semver libnvidia-container's caller applies to CUDA_VERSION.
-_SEMVER = re.compile(
-    r"v?([0-9]+)(?:\.([0-9]+))?(?:\.[0-9]+)?"
-    r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
-    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?"
-)
-
-Device = Tuple[Optional[str], Optional[str]]  # (arch "9.0", brand "tesla")
 
 
-@dataclass
 class DriverFacts:
     """What the host offers; ``None`` means unknown (its conditions hold)."""
 
-    cuda: str | None = None  # "12.4"
-    driver: str | None = None  # "550.54.15"
-    devices: list[Device] = field(default_factory=list)  # the visible ones
+    __slots__ = ("cuda", "driver", "devices")
+
+    def __init__(self, cuda: str | None = None, driver: str | None = None,
+                 devices: list[Device] | None = None):
+        self.cuda = cuda  # "12.4"
+        self.driver = driver  # "550.54.15"
+        self.devices = devices if devices is not None else []  # the visible ones
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DriverFacts) and _fields(self) == _fields(other)
+
+    def __repr__(self) -> str:
+        return f"DriverFacts(cuda={self.cuda!r}, driver={self.driver!r}, devices={self.devices!r})"
 
 
-@dataclass(frozen=True)
 class Condition:
     """One ``property op value`` test; ``str()`` gives its canonical text."""
 
-    prop: str
-    op: str
-    value: str
+    __slots__ = ("prop", "op", "value")
+
+    def __init__(self, prop: str, op: str, value: str):
+        self.prop, self.op, self.value = prop, op, value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Condition) and _fields(self) == _fields(other)
+
+    def __hash__(self) -> int:
+        return hash(_fields(self))
+
+    def __repr__(self) -> str:
+        return f"Condition(prop={self.prop!r}, op={self.op!r}, value={self.value!r})"
 
     def __str__(self) -> str:
         return f"{self.prop}{self.op}{self.value}" if self.op else self.value
@@ -109,11 +124,22 @@ class Condition:
         return _compare(mine, self.op, _version_key(self.value))
 
 
-@dataclass(frozen=True)
 class Requirement:
     """A parsed expression: alternatives, each a tuple of conditions."""
 
-    alternatives: tuple[tuple[Condition, ...], ...]
+    __slots__ = ("alternatives",)
+
+    def __init__(self, alternatives: tuple[tuple[Condition, ...], ...]):
+        self.alternatives = alternatives
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Requirement) and self.alternatives == other.alternatives
+
+    def __hash__(self) -> int:
+        return hash(self.alternatives)
+
+    def __repr__(self) -> str:
+        return f"Requirement(alternatives={self.alternatives!r})"
 
     def __str__(self) -> str:
         return " ".join(",".join(map(str, alt)) for alt in self.alternatives)
@@ -137,6 +163,10 @@ class Requirement:
         if not self.alternatives:
             return True
         return any(all(c.holds(facts, device) for c in alt) for alt in self.alternatives)
+
+
+def _fields(obj) -> tuple:
+    return tuple(getattr(obj, name) for name in obj.__slots__)
 
 
 def parse(expr: str, *, name: str = "NVIDIA_REQUIRE_CUDA") -> Requirement:
@@ -193,9 +223,6 @@ def check(env: Mapping[str, str], facts: DriverFacts, *, disable_require: bool =
             error = RequirementError(f"unsatisfied condition: {text}{hint}")
             error.variable = name  # type: ignore[attr-defined]
             raise error
-
-
-Verdict = Tuple[str, bool]  # (condition text, holds)
 
 
 def explain(
@@ -268,7 +295,7 @@ def _condition(text: str, name: str) -> Condition:
 
 def _version_key(text: str) -> tuple[int, ...] | None:
     """Numeric components without trailing zeros, or ``None`` if invalid."""
-    if len(text) > 64 or not _VERSION.fullmatch(text):
+    if len(text) > 64 or not _is_version(text):
         return None
     numbers = [int(part) for part in text.split(".") if part]
     if any(number > _MAX_COMPONENT for number in numbers):
@@ -293,18 +320,47 @@ def _compare(have: tuple[int, ...], op: str, want: tuple[int, ...] | None) -> bo
     return have >= want
 
 
+def _is_version(text: str) -> bool:
+    """``[0-9][0-9.]*`` (ASCII digits only, as the expression it replaces)."""
+    return bool(text) and text[0] in _DIGITS and all(c in _VERSION_CHARS for c in text)
+
+
 def _major_minor(version: str) -> str:
     """``CUDA_VERSION`` (loose semver, e.g. ``12.4.1``) as ``MAJOR.MINOR``."""
-    match = _SEMVER.fullmatch(version) if len(version) <= 256 else None
-    prerelease = match.group(3) if match else None
+    parts = _semver(version) if len(version) <= 256 else None
     if (
-        match is None
-        or int(match.group(1)) >= 2**32
-        or int(match.group(2) or 0) >= 2**32
-        or any(p.isdigit() and len(p) > 1 and p[0] == "0" for p in (prerelease or "").split("."))
+        parts is None
+        or int(parts[0]) >= 2**32
+        or int(parts[1] or 0) >= 2**32
+        or any(p.isdigit() and len(p) > 1 and p[0] == "0" for p in (parts[2] or "").split("."))
     ):
         raise RequirementError(f"{_LEGACY_VERSION}: invalid CUDA version {_quote(version)}")
-    return f"{int(match.group(1))}.{int(match.group(2) or 0)}"
+    return f"{int(parts[0])}.{int(parts[1] or 0)}"
+
+
+def _semver(text: str) -> tuple[str, str | None, str | None] | None:
+    """(major, minor, prerelease) of libnvidia-container's caller's loose semver, or None.
+
+    ``v?MAJOR(.MINOR)?(.PATCH)?(-PRE(.PRE)*)?(+BUILD(.BUILD)*)?``, numbers ASCII
+    digits, identifiers ``[0-9A-Za-z-]+``: checked by hand (no ``re`` on the start path).
+    """
+    if text.startswith("v"):
+        text = text[1:]
+    text, plus, build = text.partition("+")
+    if plus and not _identifiers(build):
+        return None
+    cut = text.find("-")
+    core, prerelease = (text, None) if cut < 0 else (text[:cut], text[cut + 1:])
+    if prerelease is not None and not _identifiers(prerelease):
+        return None
+    numbers = core.split(".")
+    if len(numbers) > 3 or not all(n and all(c in _DIGITS for c in n) for n in numbers):
+        return None
+    return numbers[0], (numbers[1] if len(numbers) > 1 else None), prerelease
+
+
+def _identifiers(text: str) -> bool:
+    return all(part and all(c in _IDENTIFIER_CHARS for c in part) for part in text.split("."))
 
 
 def _quote(text: str) -> str:

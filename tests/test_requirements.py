@@ -394,3 +394,38 @@ def test_unknown_property_is_skipped_with_a_warning_and_known_ones_still_checked
     finally:
         logger.setup()
     assert "NVIDIA_REQUIRE_CUDA: ignoring condition 'foo=bar': unknown property 'foo'" in capsys.readouterr().err
+
+
+# The start path parses versions by hand; these are the expressions it replaced.
+_SEMVER_RE = (r"v?([0-9]+)(?:\.([0-9]+))?(?:\.[0-9]+)?"
+              r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
+              r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?")
+_VERSION_ALPHABET = st.text(alphabet="0123456789.-+vVaZ_٣ ", max_size=14)
+
+
+@settings(max_examples=3000)
+@given(_VERSION_ALPHABET)
+def test_semver_by_hand_matches_the_expression(text):
+    import re
+
+    match = re.fullmatch(_SEMVER_RE, text)
+    expected = (match.group(1), match.group(2), match.group(3)) if match else None
+    assert requirements._semver(text) == expected
+
+
+@settings(max_examples=3000)
+@given(_VERSION_ALPHABET)
+def test_version_check_by_hand_matches_the_expression(text):
+    import re
+
+    assert requirements._is_version(text) == bool(re.fullmatch(r"[0-9][0-9.]*", text))
+
+
+def test_import_pulls_no_re_dataclasses_or_typing():
+    import subprocess
+    import sys
+
+    code = ("import sys; import nvct.requirements;"
+            "print(' '.join(m for m in ('re', 'dataclasses', 'typing', 'enum') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == []

@@ -260,6 +260,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="only the container, generate and podman figures")
     parser.add_argument("--json", help="write the figures here as JSON")
+    parser.add_argument("--cases", help="only these container cases (comma-separated names, e.g. "
+                        "jit-cdi_8gpu,gpus-hook_8gpu; plain runc always runs), no other figures")
     opts = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench.py needs root (simulated node, containers)")
@@ -273,18 +275,10 @@ def main() -> None:
                  "64gpu": cached_node(os.path.join(work, "sim"), gpus=64, mig=False)}
         figures: dict = {"load_average_at_start": os.getloadavg()[0]}
         rootfs = make_rootfs(work)
-        toolkits = install_toolkits(nodes["8gpu"], work)
-        if not opts.quick:
-            _process_figures(figures, nodes, rootfs, work, opts.runs)
-            for name, ms in installed_startup_ms(toolkits, rootfs, opts.runs).items():
-                figures[f"{name}_ms"] = ms
-        _container_figures(figures, nodes, rootfs, work, opts.runs, toolkits)
-        _generate_figures(figures, nodes, opts.runs)
-        for name, ms in podman_hooks_ms(work, nodes["8gpu"]["config"], max(opts.runs // 2, 3)).items():
-            figures[f"{name}_ms"] = ms
-            if name != "podman_plain":
-                figures[f"{name}_added_ms"] = ms - figures["podman_plain_ms"]
-                figures[f"{name}_ratio"] = ms / figures["podman_plain_ms"]
+        if opts.cases:
+            _container_figures(figures, nodes, rootfs, work, opts.runs, {}, set(opts.cases.split(",")))
+        else:
+            _all_figures(figures, nodes, rootfs, work, opts)
         figures["load_average_at_end"] = os.getloadavg()[0]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -294,6 +288,21 @@ def main() -> None:
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(figures, f, indent=2)
+
+
+def _all_figures(figures: dict, nodes: dict, rootfs: str, work: str, opts) -> None:
+    toolkits = install_toolkits(nodes["8gpu"], work)
+    if not opts.quick:
+        _process_figures(figures, nodes, rootfs, work, opts.runs)
+        for name, ms in installed_startup_ms(toolkits, rootfs, opts.runs).items():
+            figures[f"{name}_ms"] = ms
+    _container_figures(figures, nodes, rootfs, work, opts.runs, toolkits)
+    _generate_figures(figures, nodes, opts.runs)
+    for name, ms in podman_hooks_ms(work, nodes["8gpu"]["config"], max(opts.runs // 2, 3)).items():
+        figures[f"{name}_ms"] = ms
+        if name != "podman_plain":
+            figures[f"{name}_added_ms"] = ms - figures["podman_plain_ms"]
+            figures[f"{name}_ratio"] = ms / figures["podman_plain_ms"]
 
 
 def _process_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int) -> None:
@@ -320,7 +329,7 @@ def _process_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: i
 
 
 def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int,
-                       toolkits: dict[str, str]) -> None:
+                       toolkits: dict[str, str], only: set[str] | None = None) -> None:
     from tests.support.bundle import make_bundle
     from tests.support.rootfs import make_rootfs
 
@@ -358,6 +367,8 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
         bundle = make_bundle(os.path.join(work, f"{name}-jit"), make_rootfs(work, name=f"rootfs-{name}"),
                              ["true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
         cases[f"jit-cdi_8gpu_{name}"] = Case([os.path.join(toolkit, "nvidia-container-runtime")], bundle, env)
+    if only:
+        cases = {name: case for name, case in cases.items() if name == "runc_plain" or name in only}
     medians = lifecycles_ms(cases, runs)
     plain_ms = medians["runc_plain"]
     for name, ms in medians.items():

@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Iterator, Mapping, Sequence
 
-from .proc import Result, read_pidfile, run, short_tempdir, unique_id
+from .proc import Result, read_pidfile, run, short_tempdir, unique_id, wait_exact
 
 RUNC = "/usr/sbin/runc"
 CRUN = "/usr/bin/crun"
@@ -75,11 +75,16 @@ def create_start_delete(runtime_argv: Sequence[str], bundle: str | os.PathLike,
                 with open(out_path, "wb") as out, open(err_path, "wb") as err:
                     t0 = time.monotonic()
                     try:
-                        rc = subprocess.run(
+                        proc = subprocess.Popen(
                             [*base, "create", "--bundle", bundle, "--pid-file", pidfile,
                              cid], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                            cwd=bundle, env=None if env is None else dict(env),
-                            timeout=timeout).returncode
+                            cwd=bundle, env=None if env is None else dict(env))
+                        try:
+                            rc = wait_exact(proc, timeout)
+                        except subprocess.TimeoutExpired:
+                            proc.kill()
+                            proc.wait()
+                            raise
                     except subprocess.TimeoutExpired:
                         rc, timed_out = -1, True
                 timings["create"] = time.monotonic() - t0
