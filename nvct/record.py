@@ -4,14 +4,15 @@ The shim and the hook run on every container start, and importing
 dataclasses and building a dozen classes with it costs ~17 ms there. A
 subclass lists its fields in ``__slots__`` (in order) and their defaults in
 ``_defaults``; fields named in ``_uncompared`` (by default ``reason``) take no
-part in equality or hashing.
+part in equality or hashing. The compared fields' tuple is built once: merging
+edits puts every record in a set, once per device merged.
 """
 
 from __future__ import annotations
 
 
 class Record:
-    __slots__: tuple[str, ...] = ()
+    __slots__: tuple[str, ...] = ("_cached_key",)
     _defaults: dict = {}
     _uncompared: frozenset = frozenset({"reason"})
 
@@ -40,12 +41,17 @@ class Record:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
     def _key(self) -> tuple:
-        return tuple(getattr(self, f) for f in self.__slots__ if f not in self._uncompared)
+        try:
+            return self._cached_key
+        except AttributeError:
+            key = tuple(getattr(self, f) for f in self.__slots__ if f not in self._uncompared)
+            object.__setattr__(self, "_cached_key", key)
+            return key
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return self._key() == other._key()
+        return other is self or self._key() == other._key()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._key()))

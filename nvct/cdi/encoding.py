@@ -90,6 +90,7 @@ def dumps(raw: Any, fmt: str) -> str:
 # No re (with json's import, ~8 ms of a generate): plain is [A-Za-z_/][A-Za-z0-9_./+=,@:-]*.
 _PLAIN_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_/")
 _PLAIN_REST = _PLAIN_FIRST | frozenset("0123456789.+=,@:-")
+_PLAIN_REST_CHARS = "".join(sorted(_PLAIN_REST))  # for str.strip: the check runs in C
 _YAML11_WORDS = frozenset(
     "y n yes no true false on off null".split())
 
@@ -117,7 +118,7 @@ def _scalar(value: Any) -> str:
 
 
 def _is_plain(value: str) -> bool:
-    return bool(value) and value[0] in _PLAIN_FIRST and all(c in _PLAIN_REST for c in value)
+    return bool(value) and value[0] in _PLAIN_FIRST and not value.strip(_PLAIN_REST_CHARS)
 
 
 def _emit_mapping(mapping: dict, indent: str, out: list[str], first: str | None = None) -> None:
