@@ -106,16 +106,21 @@ def _assert_access(result, injected: set[str]) -> None:
 
 
 def _assert_nothing_left(cid: str) -> None:
+    """No cgroup directory named after the container, no nvct program loaded, nothing pinned."""
     from nvct import bpf
+    from nvct.namespaces import mounts
 
-    proc = subprocess.run([*V2_RUNC[:-1], "/bin/sh", "-c", f"find /sys/fs/cgroup -name '{cid}*'"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0 and proc.stdout.strip() == "", proc
-    for _ in range(50):  # the kernel frees programs after an RCU grace period
-        if not bpf.loaded_named("nvct_devices"):
-            break
+    find = [*V2_RUNC[:-1], "/bin/sh", "-c", f"find /sys/fs/cgroup -name '{cid}*'"]
+    for _ in range(50):  # docker removes the container after its client returns, and
+        proc = subprocess.run(find, capture_output=True, text=True)  # the kernel frees
+        if proc.returncode == 0 and not proc.stdout.strip() and not bpf.loaded_named("nvct_devices"):
+            break  # programs after an RCU grace period
         time.sleep(0.1)
+    assert proc.returncode == 0 and proc.stdout.strip() == "", proc
     assert not bpf.loaded_named("nvct_devices")
+    for bpffs in (m.mount_point for m in mounts() if m.fstype == "bpf"):
+        pinned = [os.path.join(d, f) for d, _, files in os.walk(bpffs) for f in files if "nvct" in f]
+        assert not pinned, pinned
 
 
 @pytest.mark.parametrize("case", ["all", "1,3", "mig", "none"])
@@ -187,13 +192,15 @@ def v2_dockerd(tmp_path_factory, sim_node, busybox_image_tar):
 
 
 @pytest.mark.parametrize("gpus, indexes", [("all", None), ('"device=1,3"', [1, 3])])
-def test_docker_gpus_on_cgroup_v2(v2_dockerd, sim_node, gpus, indexes):
+def test_docker_gpus_on_cgroup_v2(tmp_path, v2_dockerd, sim_node, gpus, indexes):
     indexes = range(len(sim_node["gpus"])) if indexes is None else indexes
     injected = expected_nodes(sim_node, indexes, [(0, 0), (0, 1)] if gpus == "all" else [])
     command = ("grep '^0::' /proc/self/cgroup; mknod /probe-gpu c 195 100; mknod /probe-mem c 1 1; "
                + OPEN + "; nvidia-smi -L")
     args = sorted(injected) + ["/probe-gpu", "/probe-mem", "/dev/null", "/dev/zero"]
-    result = v2_dockerd.run(["--rm", "--gpus", gpus, BUSYBOX_IMAGE, "sh", "-c", command, "sh", *args])
+    cidfile = os.path.join(str(tmp_path), "cid")
+    result = v2_dockerd.run(["--rm", "--cidfile", cidfile, "--gpus", gpus, BUSYBOX_IMAGE, "sh", "-c", command,
+                             "sh", *args])
     assert result.rc == 0, result.describe()
     assert result.stdout.startswith("0::/"), result.stdout
     seen = _lines(result)
@@ -202,3 +209,9 @@ def test_docker_gpus_on_cgroup_v2(v2_dockerd, sim_node, gpus, indexes):
     assert seen["/dev/null"] == "open", result.stdout
     uuids = [line.split("UUID: ")[1].rstrip(")") for line in result.stdout.splitlines() if line.startswith("GPU ")]
     assert uuids == [sim_node["gpus"][i]["uuid"] for i in indexes]
+    # --rm: once deleted, its cgroup (docker/<id>; the container sees 0::/ in its own cgroup
+    # namespace) is gone and no nvct program is loaded or pinned.
+    with open(cidfile) as f:
+        cid = f.read().strip()
+    assert len(cid) == 64, cid
+    _assert_nothing_left(cid)
