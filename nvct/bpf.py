@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import struct
-from typing import Iterable, Sequence
+
+TYPE_CHECKING = False  # typing and platform import re: this runs on every legacy hook start
+if TYPE_CHECKING:
+    from typing import Iterable, Sequence
 
 _SYSCALL = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351}
 
@@ -54,9 +56,9 @@ class BpfError(OSError):
 
 
 def _bpf(cmd: int, attr: ctypes.Array, what: str) -> int:
-    nr = _SYSCALL.get(platform.machine())
+    nr = _SYSCALL.get(os.uname().machine)
     if nr is None:
-        raise BpfError(f"{what}: bpf(2) number unknown on {platform.machine()}")
+        raise BpfError(f"{what}: bpf(2) number unknown on {os.uname().machine}")
     result = _libc.syscall(ctypes.c_long(nr), ctypes.c_long(cmd), attr, ctypes.c_long(len(attr)))
     if result < 0:
         errno = ctypes.get_errno()

@@ -13,7 +13,6 @@ cached, so a container that needs only ``utility`` never reads the rest.
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 
@@ -81,6 +80,18 @@ _TLS_ABI = (2, 3, 99)
 
 _FIRMWARE_DIRS = ("/lib/firmware/nvidia/{version}", "/usr/lib/firmware/nvidia/{version}")
 
+
+class _cached:
+    """``functools.cached_property`` without importing functools (and collections): every start."""
+
+    def __init__(self, fn):
+        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 class Library(Record):
     """A driver library: ``path`` is where it lies under the driver root (and in the container)."""
@@ -175,13 +186,13 @@ class Driver:
         return _join(self.dev_root, path)
 
     # --- the kernel module ---
-    @functools.cached_property
+    @_cached
     def version(self) -> str:
         version = procfs.driver_version(self.proc_root)
         logger.debug("driver version %s (read %s/driver/nvidia/version)", version, self.proc_root)
         return version
 
-    @functools.cached_property
+    @_cached
     def majors(self) -> dict[str, int]:
         majors = procfs.char_majors(self.proc_root)
         if logger.is_enabled_for("debug"):
@@ -189,7 +200,7 @@ class Driver:
                          {k: v for k, v in majors.items() if k.startswith("nvidia")})
         return majors
 
-    @functools.cached_property
+    @_cached
     def gpus(self) -> tuple[Gpu, ...]:
         infos = [g for g in procfs.gpus(self.proc_root) if not g.excluded]
         if logger.is_enabled_for("debug"):
@@ -287,7 +298,7 @@ class Driver:
         """Every entry of that cache (read once)."""
         return self._cache_entries
 
-    @functools.cached_property
+    @_cached
     def _cache_entries(self):
         from nvct import ldcache
 
@@ -298,7 +309,7 @@ class Driver:
         logger.debug("read %s: %d entries", self.ldcache_path, len(entries))
         return entries
 
-    @functools.cached_property
+    @_cached
     def all_libraries(self) -> tuple[Library, ...]:
         """Every driver library the ld cache lists, for every capability and arch."""
         version = self.version
@@ -402,7 +413,7 @@ class Driver:
         logger.debug("loading NVML from %s", path)
         return nvml.Nvml(path)
 
-    @functools.cached_property
+    @_cached
     def mig_uuids(self) -> dict[str, tuple[int, int]]:
         """MIG UUID -> (gpu index, mig index); empty when no GPU has MIG devices."""
         if not any(g.migs for g in self.gpus):

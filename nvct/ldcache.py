@@ -23,7 +23,6 @@ import os
 import stat
 import struct
 import sys
-from collections import namedtuple
 
 from nvct.errors import CacheError
 
@@ -77,20 +76,31 @@ _ARCHES = {
 }
 
 
-class Entry(namedtuple("_Entry", "key value flags osversion hwcap", defaults=(0, 0))):
+class Entry(tuple):
     """One cache line: ``key`` (the SONAME) resolves to ``value`` (a path).
 
     ``hwcap`` is kept raw: bit 62 set means the library lives in a
-    ``glibc-hwcaps`` subdirectory (e.g. ``x86-64-v3``). A named tuple, because
-    this is built hundreds of times on every container start.
+    ``glibc-hwcaps`` subdirectory (e.g. ``x86-64-v3``). A tuple, because this
+    is built hundreds of times on every container start; not a namedtuple,
+    whose ``collections`` import costs every start ~2 ms.
     """
 
     __slots__ = ()
-    key: str
-    value: str
-    flags: int
-    osversion: int
-    hwcap: int
+
+    def __new__(cls, key: str, value: str, flags: int, osversion: int = 0, hwcap: int = 0):
+        return tuple.__new__(cls, (key, value, flags, osversion, hwcap))
+
+    def __getnewargs__(self) -> tuple:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return "Entry(key=%r, value=%r, flags=%r, osversion=%r, hwcap=%r)" % self
+
+    key = property(lambda self: self[0])
+    value = property(lambda self: self[1])
+    flags = property(lambda self: self[2])
+    osversion = property(lambda self: self[3])
+    hwcap = property(lambda self: self[4])
 
     @property
     def arch(self) -> str:

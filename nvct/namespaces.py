@@ -149,10 +149,9 @@ def run_in_child(prepare: Callable[[], None] | None, func: Callable[..., Any], *
     """Fork; in the child run ``prepare()`` then ``func(...)``; return its result.
 
     The result must pickle. The child never returns into the caller's code:
-    it always ends with os._exit.
+    it always ends with os._exit. A ``None`` result (the legacy hook's) comes
+    back as one byte, so a start imports no pickle.
     """
-    import pickle  # only here: keeps the hook's start-up imports small
-
     sys.stdout.flush()
     sys.stderr.flush()
     rfd, wfd = os.pipe()
@@ -169,10 +168,7 @@ def run_in_child(prepare: Callable[[], None] | None, func: Callable[..., Any], *
                 payload = ("err", e)
             except BaseException as e:  # noqa: BLE001 - everything goes back as one line
                 payload = ("err", ContainerError(_one_line(e)))
-            try:
-                data = pickle.dumps(payload)
-            except Exception as e:  # noqa: BLE001
-                data = pickle.dumps(("err", ContainerError(f"result does not pickle: {e}")))
+            data = _NONE if payload[0] == "ok" and payload[1] is None else _pickled(payload)
             view = memoryview(data)
             while view:
                 view = view[os.write(wfd, view):]
@@ -193,10 +189,27 @@ def run_in_child(prepare: Callable[[], None] | None, func: Callable[..., Any], *
         _, status = os.waitpid(pid, 0)
     if not chunks:
         raise ContainerError(f"helper process failed ({_describe_status(status)})")
-    kind, value = pickle.loads(b"".join(chunks))
+    data = b"".join(chunks)
+    if data == _NONE:
+        return None
+    import pickle
+
+    kind, value = pickle.loads(data)
     if kind == "err":
         raise value
     return value
+
+
+_NONE = b"\0"  # never a pickle, which starts with its protocol opcode
+
+
+def _pickled(payload: tuple) -> bytes:
+    import pickle
+
+    try:
+        return pickle.dumps(payload)
+    except Exception as e:  # noqa: BLE001
+        return pickle.dumps(("err", ContainerError(f"result does not pickle: {e}")))
 
 
 def _one_line(e: BaseException) -> str:
