@@ -223,3 +223,89 @@ def test_a_broken_config_keeps_the_runtime_its_containers_were_created_with(tmp_
         assert r.stderr == (f"nvidia-container-runtime: warning: {config}: invalid TOML: line 1, column 26: "
                             f"{r.stderr.split('column 26: ')[1].split(';')[0]}; running {fake_runc} "
                             "without GPU support\n")
+
+
+def _broken_keeping_mtime(config, first_line=""):
+    """The config made unreadable with its mtime kept: only the sh front can still go on quietly
+    (Python warns that it runs the recorded runtime without GPU support, or refuses a GPU start)."""
+    mtime = os.stat(config).st_mtime_ns
+    with open(config, "w") as f:
+        f.write(first_line + "[nvidia-container-runtime\n")
+    os.utime(config, ns=(mtime, mtime))
+
+
+def _recorded(tmp_path, runtime):
+    """A config whose runtime the shim has recorded (a non-GPU create went through Python)."""
+    _needs_root()
+    config = _config(tmp_path, runtime)
+    _age(config)
+    plain = _bundle(tmp_path, ["PATH=/bin"])
+    assert run_shim(["create", "--bundle", str(plain), "c1"], config).returncode == 0
+    return config, plain
+
+
+def test_a_create_that_asks_for_no_gpu_skips_python(tmp_path, fake_runc):
+    config, bundle = _recorded(tmp_path, fake_runc)
+    _broken_keeping_mtime(config)
+    for args in (["--root", "/r", "create", "--bundle", str(bundle), "c2"],
+                 ["create", "--pid-file", "/p", f"--bundle={bundle}", "c2"],
+                 ["run", "-b", str(bundle), "--preserve-fds", "1", "c2"]):
+        r = run_shim(args, config)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert (tmp_path / "argv").read_text().split() == args
+    r = run_shim(["create", "c3"], config, cwd=str(bundle))  # the bundle defaults to the cwd
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+@pytest.mark.parametrize("env, annotations", [
+    (["NVIDIA_VISIBLE_DEVICES=all"], {}), (["CUDA_VERSION=12.4"], {}),
+    (["\\u004eVIDIA_VISIBLE_DEVICES=all"], {}),  # a request hidden by a JSON escape
+    ([], {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}),
+])
+def test_a_create_that_may_ask_for_a_gpu_goes_to_python(tmp_path, fake_runc, env, annotations):
+    config, _ = _recorded(tmp_path, fake_runc)
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    spec = {"process": {"env": env, "args": ["true"]}, "root": {"path": "rootfs"}, "annotations": annotations}
+    (gpu / "config.json").write_text(json.dumps(spec).replace("\\\\u004e", "\\u004e"))
+    assert ("\\" in (gpu / "config.json").read_text()) == "".join(env).startswith("\\")
+    _broken_keeping_mtime(config)
+    r = run_shim(["create", "--bundle", str(gpu), "c2"], config)
+    assert r.returncode == 1 and "invalid TOML" in r.stderr, r.stderr  # Python refused the GPU start
+
+
+@pytest.mark.parametrize("args", [["create", "-bundle", "{b}", "c2"], ["create", "--b", "{b}", "c2"],
+                                  ["create", "--bundle"], ["create", "--bundle=", "c2"]])
+def test_unusual_create_command_lines_go_to_python(tmp_path, fake_runc, args):
+    config, bundle = _recorded(tmp_path, fake_runc)
+    _broken_keeping_mtime(config)
+    r = run_shim([a.format(b=bundle) for a in args], config, cwd=str(bundle))
+    assert "invalid TOML" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("line", ['swarm-resource = "DOCKER_RESOURCE_GPU"\n', 'annotation-prefixes = ["x/"]\n'])
+def test_a_config_that_adds_request_names_sends_create_to_python(tmp_path, fake_runc, line):
+    config, bundle = _recorded(tmp_path, fake_runc)
+    _broken_keeping_mtime(config, line)
+    r = run_shim(["create", "--bundle", str(bundle), "c2"], config)
+    assert "invalid TOML" in r.stderr, r.stderr
+
+
+def test_both_sh_fronts_grep_for_every_name_a_request_may_use():
+    import re
+
+    from nvct import config as config_mod, request
+
+    defaults = config_mod.Config(None)
+    names = {request.VISIBLE_DEVICES, request.CUDA_VERSION, request.DEVICE_LIST_ROOT,
+             *defaults.get("nvidia-container-runtime.modes.cdi.annotation-prefixes")}
+    assert not request.might_request_gpu(b"{}", defaults)
+    for name in names:
+        assert request.might_request_gpu(name.encode(), defaults)
+    scripts = os.path.join(os.path.dirname(request.__file__), "scripts")
+    for script in ("nvidia-container-runtime", "nvidia-container-runtime-hook"):
+        with open(os.path.join(scripts, script)) as f:
+            text = f.read()
+        grep = text[text.index('"$grep" -q -F'):]
+        grep = grep[:grep.index('config.json"')]
+        assert set(re.findall(r"-e (\S+)", grep)) == names | {"'\\'"}, script
