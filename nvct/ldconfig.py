@@ -308,7 +308,6 @@ class _etc_lock:
 def _run_chrooted(root: Rootfs, exe: int, argv: list[str], timeout: float,
                   name: str, writable: Sequence[str] = ("/",)) -> str:
     root_real = os.readlink(f"/proc/self/fd/{root.fileno()}")
-    privileges.preload_prctl()  # its files are out of reach after chroot
     devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     try:

@@ -6,8 +6,8 @@ hooks get whatever the spec's ``env`` says (CVE-2025-23266 got LD_PRELOAD from
 the image into a privileged hook). Children we start (ldconfig) get a fixed
 environment and only the capabilities they need.
 
-python-prctl is imported only when capabilities are dropped, keeping the
-hook's start-up import cost to the standard library.
+Capabilities are dropped with prctl(2)/capset(2) through libc: python-prctl
+cost every start ~3 ms (its import and its name parsing) for the same calls.
 """
 
 from __future__ import annotations
@@ -73,32 +73,21 @@ def drop_capabilities(keep: Iterable[str]) -> None:
 
     Limits the bounding set too: a root process that execs gets its bounding
     set as permitted capabilities, so this is what holds across execve.
-    Inheritable and ambient sets are cleared. Unknown names raise ValueError.
-    python-prctl does the work; where its C extension cannot load (a host
-    Python other than the one it was built for, as with the node installer's
-    copy), the same system calls are made through libc.
+    Inheritable and ambient sets are cleared. Unknown names raise ValueError;
+    capabilities this module has no name for (a newer kernel's) are dropped.
     """
     names = {_cap_name(n) for n in keep}
     unknown = names.difference(CAPABILITIES)
     if unknown:
         raise ValueError(f"unknown capabilities: {', '.join(sorted(unknown))}")
-    prctl = _prctl()
     libc = ctypes.CDLL(None, use_errno=True)
-    if prctl is not None:
-        prctl.capbset.limit(*(n for n in names if n in prctl.ALL_CAP_NAMES))
-    else:
-        _limit_bounding_set(libc, names)
+    _limit_bounding_set(libc, names)
     zero = ctypes.c_ulong(0)
     if libc.prctl(_PR_CAP_AMBIENT, ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), zero, zero,
                   zero) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"clearing ambient capabilities: {os.strerror(err)}")
-    if prctl is not None:
-        prctl.cap_inheritable.limit()
-        prctl.cap_effective.limit(*names)
-        prctl.cap_permitted.limit(*names)
-    else:
-        _capset(libc, names)
+    _capset(libc, names)
 
 
 def set_no_new_privs() -> None:
@@ -108,31 +97,6 @@ def set_no_new_privs() -> None:
                   ctypes.c_ulong(0)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"PR_SET_NO_NEW_PRIVS: {os.strerror(err)}")
-
-
-def preload_prctl() -> None:
-    """Decide now, before entering a container root, whether python-prctl is used.
-
-    Inside the root every import path resolves into the image: a second ``import
-    prctl`` there (after a first one failed, which Python does not remember) would
-    run the image's ``prctl.py`` as root. The decision, either way, is kept.
-    """
-    _prctl()
-
-
-_UNDECIDED = object()
-_prctl_module = _UNDECIDED
-
-
-def _prctl():
-    global _prctl_module
-    if _prctl_module is _UNDECIDED:
-        try:
-            import prctl  # lazily: only privileged children need it
-        except Exception:  # noqa: BLE001 - an extension built for another Python raises more than ImportError
-            prctl = None
-        _prctl_module = prctl
-    return _prctl_module
 
 
 #: Capability names by number (linux/capability.h), without the CAP_ prefix.
@@ -160,12 +124,14 @@ class _CapData(ctypes.Structure):
 
 
 def _limit_bounding_set(libc, names: set[str]) -> None:
-    for number, name in enumerate(CAPABILITIES):
+    for number in range(64):  # past CAPABILITIES too: a newer kernel's are dropped, unnamed
+        name = CAPABILITIES[number] if number < len(CAPABILITIES) else None
         if name in names or libc.prctl(_PR_CAPBSET_READ, ctypes.c_ulong(number), 0, 0, 0) != 1:
             continue  # kept, or not in the set (or unknown to this kernel)
         if libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(number), 0, 0, 0) != 0:
             err = ctypes.get_errno()
-            raise OSError(err, f"dropping CAP_{name.upper()} from the bounding set: {os.strerror(err)}")
+            what = f"CAP_{name.upper()}" if name else f"capability {number}"
+            raise OSError(err, f"dropping {what} from the bounding set: {os.strerror(err)}")
 
 
 def _capset(libc, names: set[str]) -> None:

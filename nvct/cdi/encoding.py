@@ -14,7 +14,6 @@ hot path); PyYAML, C-accelerated where available, is imported only for YAML.
 
 from __future__ import annotations
 
-import functools
 import os
 from nvct.cdi.schema import Invalid
 
@@ -186,8 +185,12 @@ def _yaml_reason(e: Exception) -> str:
     return " ".join(f"{problem}{where}".split())
 
 
-@functools.lru_cache(maxsize=1)
+_LOADER: list = []  # the loader class, built once (no functools: the cdi-mode start imports this module)
+
+
 def _loader():
+    if _LOADER:
+        return _LOADER[0]
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -217,4 +220,5 @@ def _loader():
 
     _Loader.add_implicit_resolver(_INT_TAG, re.compile(_INT_PATTERN, re.X), list("-+0123456789"))
     _Loader.add_implicit_resolver(_FLOAT_TAG, re.compile(_FLOAT_PATTERN, re.X), list("-+0123456789."))
+    _LOADER.append(_Loader)
     return _Loader
