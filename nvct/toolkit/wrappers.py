@@ -12,9 +12,9 @@ low-level runtime directly, so a node whose driver is not up yet still runs
 containers (as the reference's wrappers do; they read ``/proc/modules``,
 which not every kernel has). After that, they carry the sh front's
 passthrough (the marked lines of ``nvct/scripts/nvidia-container-runtime``):
-every call but create/run goes to the low-level runtime the shim recorded
-for the installed config, without a Python start, exactly as the deb's
-front does. Where the GPU Operator makes ``nvidia`` the default runtime,
+every call but create/run, and the create/run of a spec that surely asks for
+no GPU, goes to the low-level runtime the shim recorded for the installed
+config, without a Python start, exactly as the deb's front does. Where the GPU Operator makes ``nvidia`` the default runtime,
 that is every start, state, kill and delete of every pod on the node.
 """
 
@@ -67,7 +67,7 @@ def _header(name: str, mode: str | None) -> str:
 
 
 def passthrough() -> str:
-    """The sh front's lines that exec every call but create/run on the cached low-level runtime."""
+    """The sh front's lines that exec every call but a GPU create/run on the cached low-level runtime."""
     with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "nvidia-container-runtime")) as f:
         text = f.read()
     start, end = text.find(_PASSTHROUGH[0]), text.find(_PASSTHROUGH[1])
