@@ -182,4 +182,32 @@ def check_hook_env(ctx: Context):
         yield ok("cdi.hook-env", f"every hook of {len(registry.specs)} spec(s) has a fixed env")
 
 
-CHECKS = (check_specs, check_fresh, check_hook_env)
+def check_writable_mounts(ctx: Context):
+    """No spec lists a read-write bind mount of a host directory: podman, containerd and cri-o
+    sort spec mounts by depth, so it comes before deeper targets, and an image symlink into it
+    makes the runtime create those in the host's directory (as the reference's /tmp/nvidia-mps)."""
+    from nvct.cdi.registry import Registry
+
+    registry = ctx.memo("cdi", lambda: Registry(spec_dirs(ctx)))
+    bad = 0
+    for spec in registry.specs:
+        edits = [spec.raw.get("containerEdits") or {}] + [d.get("containerEdits") or {}
+                                                           for d in spec.raw.get("devices") or ()]
+        found = [m for e in edits for m in e.get("mounts") or ()
+                 if "ro" not in (m.get("options") or ()) and os.path.isdir(m.get("hostPath") or "")]
+        if found:
+            bad += 1
+            mount = found[0]
+            if spec in _nvidia_specs(registry):
+                fix = f"nvct cdi generate --output {spec.path}{_kind_options(spec)} (its hook mounts the MPS directory last)"
+            else:
+                fix = "ask the spec's vendor for one without read-write directory mounts"
+            yield warn("cdi.writable-mounts",
+                       f"{spec.path}: mounts host directory {mount['hostPath']} read-write at "
+                       f"{mount['containerPath']} ({len(found)} such mount(s)): CDI runtimes mount it before "
+                       "deeper targets, so an image symlink into it has them created in that host directory", fix)
+    if registry.specs and not bad:
+        yield ok("cdi.writable-mounts", f"no spec of {len(registry.specs)} mounts a host directory read-write")
+
+
+CHECKS = (check_specs, check_fresh, check_hook_env, check_writable_mounts)

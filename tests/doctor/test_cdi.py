@@ -119,3 +119,21 @@ def test_a_spec_whose_hooks_lack_env_warns_with_the_fix(node):
     assert finding.seen.startswith(f"{_spec(node)}: 1 hook(s) without env, e.g. ")
     assert "under runc it runs with the container's environment" in finding.seen
     assert f"nvct cdi transform root --from / --input {_spec(node)} --output {_spec(node)}" in finding.fix
+
+
+def test_a_spec_mounting_a_host_directory_read_write_warns_with_the_fix(node):
+    node.write_cdi_spec()
+    assert one(node.doctor(), "cdi.writable-mounts").status == "ok"  # nvct's hook mounts the MPS dir
+
+    def as_the_reference(raw):  # /tmp/nvidia-mps as a spec mount
+        hook = raw["containerEdits"]["hooks"][0]
+        step = hook["args"][hook["args"].index("bind-mount"):]
+        raw["containerEdits"]["mounts"].append({"hostPath": step[2], "containerPath": step[4],
+                                                "options": ["nosuid", "nodev", "bind"]})
+
+    _edit_spec(node, as_the_reference)
+    finding = one(node.doctor(), "cdi.writable-mounts")
+    assert finding.status == "warn"
+    assert finding.seen.startswith(f"{_spec(node)}: mounts host directory ")
+    assert "read-write at /tmp/nvidia-mps (1 such mount(s)): CDI runtimes mount it before" in finding.seen
+    assert finding.fix.startswith(f"nvct cdi generate --output {_spec(node)}")
