@@ -10,6 +10,11 @@ creates anything across a mount boundary an image symlink led to: through
 real runc and crun, in legacy, jit-cdi and cdi mode, the host's MPS
 directory must stay exactly as it was and the container either runs with
 its GPU or is refused with one clear line.
+
+Podman (like containerd and cri-o) applies a spec itself and sorts its mounts
+by depth, so generated specs leave the MPS dir to the hook chain's last step:
+through podman under runc and crun, the same plants leave the host's MPS
+directory as it was, and the container runs with it mounted read-write.
 """
 
 from __future__ import annotations
