@@ -96,6 +96,16 @@ def spec_from_options(env: Sequence[str] = (), *, privileged: bool = False,
     return spec
 
 
+def _runtime(config) -> str | None:
+    """The low-level runtime the shim would run (it changes how a read-only root is made)."""
+    from nvct import lowlevel
+
+    try:
+        return lowlevel.find(config.runtimes)
+    except NvctError:
+        return None
+
+
 def explain(spec: dict, config, *, driver=None, bundle: str | None = None) -> Explanation:
     """What the shim (and, in legacy mode, the hook) would do to ``spec`` under ``config``."""
     from nvct import request as request_mod
@@ -121,7 +131,8 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None) -> Ex
         driver = driver or Driver.from_config(config)
     after = copy.deepcopy(spec)
     try:
-        modification = modes.modify(after, result.request, config, driver=driver, bundle=bundle)
+        modification = modes.modify(after, result.request, config, driver=driver, bundle=bundle,
+                                    runtime=_runtime(config))
         result.after = after
         result.edits = modification.edits
         if result.mode == "legacy":

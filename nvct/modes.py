@@ -52,13 +52,15 @@ def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
 
 
 def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
-           log_format: str | None = None, bundle: str | None = None) -> Modification:
+           log_format: str | None = None, bundle: str | None = None,
+           runtime: str | None = None) -> Modification:
     """Change ``spec`` in place for ``request``; the caller saves it.
 
     ``log_format`` (runc's ``--log-format``) is handed to the legacy hook, so
     both write the log file in one format. With ``bundle``, the jit-cdi hook
     is told the container's root, so it needs to read neither its stdin nor
-    config.json.
+    config.json. ``runtime``: the low-level runtime's path (see
+    :func:`_read_only_root_last`).
     """
     mode, why = resolve_mode(config.mode, request)
     from nvct.log import logger
@@ -71,6 +73,7 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
 
         edits = cdi_modes.edits_for(request, config)
         _check_targets(spec, edits, bundle)
+        _read_only_root_last(spec, edits, runtime)
         _apply(spec, edits)
         return Modification("cdi", why, edits, request.devices or ())
     from nvct import injection
@@ -83,6 +86,7 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
     check_requirements(request, driver, config)
     edits.env.append(f"{VISIBLE_DEVICES}=void")
     _check_targets(spec, edits, bundle)
+    _read_only_root_last(spec, edits, runtime)
     _apply(spec, edits)
     return Modification("jit-cdi", why, edits, request.devices or ())
 
@@ -104,6 +108,32 @@ def _with_container_root(hook: Hook, rootfs: str) -> Hook:
         return hook
     head = args[:len(args) - len(steps)]
     return hook.replace(args=tuple(head + ["--container-root", rootfs] + steps))
+
+
+#: Low-level runtimes that make ``root.readonly`` read-only before the createContainer hooks.
+_READ_ONLY_BEFORE_HOOKS = ("crun",)
+
+
+def _read_only_root_last(spec: dict[str, Any], edits: ContainerEdits, runtime: str | None) -> None:
+    """Under crun, let nvct's hook chain make a read-only root read-only, after its writes.
+
+    crun remounts the root read-only before createContainer hooks run, so the
+    chain's links and ld cache (the reference's hooks too) fail in every
+    ``readOnlyRootFilesystem`` GPU container. runc does it after the hooks.
+    The chain's last step, ``readonly-root``, does it instead, or fails the start.
+    """
+    root = spec.get("root")
+    if not (runtime and isinstance(root, dict) and root.get("readonly") is True):
+        return
+    if os.path.basename(os.path.realpath(runtime)) not in _READ_ONLY_BEFORE_HOOKS:
+        return
+    from nvct.injection import chain_steps
+
+    for i, hook in enumerate(edits.hooks):
+        if hook.hook_name == "createContainer" and chain_steps(list(hook.args)) is not None:
+            edits.hooks[i] = hook.replace(args=(*hook.args, "--", "readonly-root"))
+            root["readonly"] = False
+            return
 
 
 def _apply(spec: dict[str, Any], edits: ContainerEdits) -> None:

@@ -722,6 +722,25 @@ class Rootfs:
         finally:
             os.close(src)
 
+    def remount_read_only(self) -> None:
+        """Make the root's own mount read-only, keeping its nosuid/nodev/noexec (as runc does).
+
+        For a spec's ``root.readonly`` under runtimes that apply it before the
+        createContainer hooks (crun): the shim moves it to the end of nvct's
+        hook chain. The root must be a mount of its own (both runtimes bind it
+        onto itself); otherwise, or if the mount still reads writable, this
+        fails rather than leave a read-only container writable.
+        """
+        kept = os.statvfs(self._fd).f_flag & (os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC)
+        try:
+            mount(None, _procfd(self._fd), None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept)
+        except OSError as e:
+            raise ContainerError(f"container root {self.path}: cannot make it read-only: "
+                                 f"{e.strerror}") from None
+        if not os.statvfs(self._fd).f_flag & os.ST_RDONLY:
+            raise ContainerError(f"container root {self.path}: still writable after the "
+                                 "read-only remount")
+
     def mount_data(self, container_path: str, data: bytes | str, mode: int = 0o444) -> None:
         """Show ``data`` as the file ``container_path`` (read-only, nosuid, nodev, noexec).
 

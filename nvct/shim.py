@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
             runtime = lowlevel.find(config.runtimes)
             lowlevel.remember(path, runtime, seen)
             if args.subcommand in ("create", "run"):
-                _create(args, config, start)
+                _create(args, config, start, runtime)
     except NvctError as e:
         _fail(args, str(e))
         return 1
@@ -70,7 +70,7 @@ def _version_asked(argv: list[str]) -> bool:
     return has_version_flag(argv)
 
 
-def _create(args, config, start: float) -> None:
+def _create(args, config, start: float, runtime: str) -> None:
     from nvct import ocispec, request as request_mod
 
     raw = ocispec.read_raw(args.bundle)
@@ -87,7 +87,8 @@ def _create(args, config, start: float) -> None:
     typos = config.unknown_keys_warning()
     result = None
     try:
-        result = modes.modify(spec, request, config, log_format=args.log_format, bundle=args.bundle)
+        result = modes.modify(spec, request, config, log_format=args.log_format, bundle=args.bundle,
+                              runtime=runtime)
     finally:
         # A typo may be why the start fails; in legacy mode the hook logs it (once per start).
         if typos and (result is None or result.mode != "legacy"):

@@ -579,3 +579,32 @@ def test_bind_mount_recursive_and_private(resolver, root_dir, tmp_path):
         return out
 
     assert in_private_mount_namespace(work) == [([], "-"), (["pipe"], "-")]
+
+
+@needs_root
+def test_remount_read_only_keeps_nosuid_and_nodev_of_the_roots_own_mount(root_dir):
+    def work():
+        rootfs.mount(str(root_dir), str(root_dir), None, rootfs.MS_BIND)
+        rootfs.mount(None, str(root_dir), None, rootfs.MS_BIND | rootfs.MS_REMOUNT | rootfs.MS_NOSUID | rootfs.MS_NODEV)
+        with Rootfs(root_dir) as root:
+            root.remount_read_only()
+        flags = os.statvfs(root_dir).f_flag
+        return bool(flags & os.ST_RDONLY), bool(flags & os.ST_NOSUID), bool(flags & os.ST_NODEV)
+
+    assert in_private_mount_namespace(work) == (True, True, True)
+    assert not os.statvfs(root_dir).f_flag & os.ST_RDONLY  # only in that namespace
+
+
+@needs_root
+def test_remount_read_only_of_a_root_that_is_no_mount_fails_with_one_line(root_dir):
+    def work():
+        try:
+            with Rootfs(root_dir) as root:
+                root.remount_read_only()
+        except ContainerError as e:
+            return str(e)
+        return None
+
+    error = in_private_mount_namespace(work)
+    assert error == f"container root {root_dir}: cannot make it read-only: Invalid argument"
+    assert not os.statvfs(root_dir).f_flag & os.ST_RDONLY

@@ -175,6 +175,20 @@ def bind_mount(args: _Args, ctx: HookContext) -> None:
         root.bind_mount(host, target, **flags)
 
 
+def readonly_root(args: _Args, ctx: HookContext) -> None:
+    """Make the container's root read-only: the spec's ``root.readonly``, applied last.
+
+    crun applies ``root.readonly`` before the createContainer hooks run, so no
+    hook could create a link or the ld cache in a read-only container; the
+    shim then leaves the root writable for the runtime and puts this step at
+    the end of nvct's chain (runc applies it after the hooks itself).
+    """
+    from nvct.rootfs import Rootfs
+
+    with Rootfs(ctx.rootfs) as root:
+        root.remount_read_only()
+
+
 #: Mount options a bind mount nvct makes understands, as ``Rootfs.bind_mount`` arguments.
 _MOUNT_OPTIONS = {"ro": ("readonly", True), "rw": ("readonly", False), "nosuid": ("nosuid", True),
                   "nodev": ("nodev", True), "noexec": ("noexec", True), "bind": ("recursive", False),
@@ -228,6 +242,13 @@ def update_application_profile(args: _Args, ctx: HookContext) -> None:
             os.close(fd)
         if not mask:
             return
+        # /etc/nvidia is often a read-only volume (the device plugin's ConfigMap):
+        # a start must not fail for a profile (the reference's 1.20.0 did; fixed since).
+        existing = next(p for p in (_PROFILE_DIR, "/etc/nvidia", "/etc", "/") if root.exists(p))
+        if root.is_read_only(existing):
+            sys.stderr.write(f"update-application-profile: {existing} is read-only in the container; "
+                             "EGL and Vulkan are not limited to its GPUs\n")
+            return
         root.makedirs(_PROFILE_DIR, 0o555)
         profile = ('{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",%s]}],'
                    '"rules":[{"pattern":[],"profile":"_container_"}]}' % hex(mask))
@@ -257,4 +278,5 @@ STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
     "chmod": chmod,
     "update-application-profile": update_application_profile,
     "bind-mount": bind_mount,
+    "readonly-root": readonly_root,
 }

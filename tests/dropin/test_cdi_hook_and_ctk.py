@@ -97,3 +97,18 @@ def test_nvcts_own_chain_runs_when_cdi_generate_named_these_programs(container_r
                 "--path", "/dev"], stdin=state.read_text())
     assert (proc.returncode, proc.stderr) == (0, "")
     assert os.readlink(root / "x/b") == "a" and stat.S_IMODE(os.stat(root / "dev").st_mode) == 0o755
+
+
+def test_update_application_profile_on_a_read_only_etc_nvidia_warns_and_lets_the_start_go_on(container_root):
+    """A ConfigMap mounted read-only at /etc/nvidia (the device plugin's) must not stop the container."""
+    root, state = container_root
+    (root / "etc/nvidia").mkdir(parents=True)
+    (root / "etc/nvidia/config.yaml").write_text("version: v1\n")
+    script = (f'mount --bind "{root}/etc/nvidia" "{root}/etc/nvidia" && '
+              f'mount -o remount,bind,ro "{root}/etc/nvidia" && '
+              f'exec "{CDI_HOOK}" update-application-profile --container-spec="{state}"')
+    proc = run(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ("update-application-profile: /etc/nvidia is read-only in the container; "
+                           "EGL and Vulkan are not limited to its GPUs\n")
+    assert sorted(os.listdir(root / "etc/nvidia")) == ["config.yaml"]

@@ -1,0 +1,63 @@
+"""GPU containers with a read-only root (``root.readonly``, Kubernetes' readOnlyRootFilesystem).
+
+crun makes the root read-only before createContainer hooks run, so the hook
+chain's links and ld cache could not be written (the reference fails the same
+way: containers/crun#1924). Under crun the shim lets the chain's last step make
+the root read-only instead; runc does it after the hooks itself. Either way the
+container must get its GPU and libraries, and a root it cannot write.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.bundle import edit_config
+from tests.support.gpu_runs import MODES, mounts_under, need_runtime, run_gpu
+
+pytestmark = pytest.mark.containers
+
+#: Prints the GPU node, loads libcuda by SONAME (the ld cache), tries to write
+#: the root, and prints the root mount's options.
+CHECK = ("ls /dev/nvidia0 && dlopen-probe libcuda.so.1 && "
+         "(touch /written 2>/dev/null && echo root-writable || echo root-read-only); "
+         "awk '$5 == \"/\" {print \"root-options\", $6}' /proc/self/mountinfo")
+
+
+def _read_only(spec: dict) -> None:
+    spec["root"]["readonly"] = True
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_a_read_only_root_gets_its_gpu_and_stays_read_only(tmp_path, sim_node, rootfs, runtime, mode):
+    need_runtime(runtime)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime,
+                     env=["NVIDIA_VISIBLE_DEVICES=0"], command=CHECK, edit=_read_only)
+    assert result.rc == 0, result.describe()
+    lines = result.stdout.splitlines()
+    assert lines[0] == "/dev/nvidia0"
+    assert lines[1].startswith("ok libcuda.so.1 /usr/lib/x86_64-linux-gnu/"), result.describe()
+    assert lines[2] == "root-read-only"
+    options = lines[3].split()[1].split(",")
+    assert "ro" in options
+    assert not mounts_under(rootfs)
+
+
+@pytest.mark.parametrize("runtime, root_readonly, last_steps", [
+    ("crun", False, ["--", "readonly-root"]),  # moved into nvct's chain, its very last step
+    ("runc", True, None),  # runc applies root.readonly after the hooks: left to runc
+])
+def test_what_the_shim_hands_each_runtime_for_a_read_only_root(tmp_path, sim_node, rootfs, runtime,
+                                                              root_readonly, last_steps):
+    need_runtime(runtime)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode="jit-cdi", runtime=runtime,
+                     env=["NVIDIA_VISIBLE_DEVICES=0"], command="true", edit=_read_only)
+    assert result.rc == 0, result.describe()
+    with edit_config(tmp_path / "bundle") as spec:
+        assert spec["root"]["readonly"] is root_readonly
+        [chain] = [h for h in spec["hooks"]["createContainer"] if "chain" in h["args"]]
+        assert json.dumps(spec["hooks"]).count("readonly-root") == (1 if last_steps else 0)
+        if last_steps:
+            assert chain["args"][-2:] == last_steps
