@@ -47,3 +47,12 @@ def test_container_without_gpu_request_starts_with_nothing_injected(podman_with_
                                    "find /dev -name 'nvidia*' | wc -l; ls /usr/lib/x86_64-linux-gnu | grep -c nvidia; true"])
     assert result.rc == 0, result.describe()
     assert result.stdout.split() == ["0", "0"], result.describe()
+
+
+def test_read_only_root_gets_its_gpu_through_the_prestart_hook(podman_with_hook):
+    """``podman --read-only`` (readOnlyRootFilesystem): the prestart hook's work lands, the root stays read-only."""
+    result = podman_with_hook.run(["--rm", "--read-only", "-e", "NVIDIA_VISIBLE_DEVICES=0", BUSYBOX_IMAGE_QUALIFIED,
+                                   "sh", "-c", "ls /dev/nvidia0 && nvidia-smi -L | wc -l && "
+                                   "(touch /written 2>/dev/null && echo writable || echo read-only)"])
+    assert result.rc == 0, result.describe()
+    assert result.stdout.split() == ["/dev/nvidia0", "1", "read-only"], result.describe()
