@@ -5,7 +5,7 @@ device plugin, the DRA driver, ``nvidia-cdi-refresh``) name
 ``/usr/bin/nvidia-cdi-hook`` (or the operator's toolkit directory's copy)
 with ``create-symlinks --link T::L``, ``update-ldcache --folder F``,
 ``enable-cuda-compat --host-driver-version V``,
-``disable-device-node-modification``, ``chmod --mode M --path P`` and
+``disable-device-node-modification`` (or its newer name ``update-nvidia-params``), ``chmod --mode M --path P`` and
 ``update-application-profile``. Each is the step of the same name in
 :mod:`nvct.hooks.steps`; an unknown name warns and exits 0, so a spec from a
 newer reference never stops a container.

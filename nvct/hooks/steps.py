@@ -275,6 +275,7 @@ STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
     "enable-cuda-compat": enable_cuda_compat,
     "update-ldcache": update_ldcache,
     "disable-device-node-modification": disable_device_node_modification,
+    "update-nvidia-params": disable_device_node_modification,  # the reference's newer name
     "chmod": chmod,
     "update-application-profile": update_application_profile,
     "bind-mount": bind_mount,

@@ -112,3 +112,17 @@ def test_update_application_profile_on_a_read_only_etc_nvidia_warns_and_lets_the
     assert proc.stderr == ("update-application-profile: /etc/nvidia is read-only in the container; "
                            "EGL and Vulkan are not limited to its GPUs\n")
     assert sorted(os.listdir(root / "etc/nvidia")) == ["config.yaml"]
+
+
+@pytest.mark.parametrize("name", ["disable-device-node-modification", "update-nvidia-params"])
+def test_both_names_of_the_params_hook_mask_modify_device_files(container_root, name):
+    """The reference renamed the hook; specs from either release must keep libcuda from making nodes."""
+    root, state = container_root
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "proc/driver/nvidia/params").write_text("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n")
+    script = (f'"{CDI_HOOK}" {name} --container-spec="{state}" && '
+              f'cat "{root}/proc/driver/nvidia/params"')
+    proc = run(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\n"
+    assert (root / "proc/driver/nvidia/params").read_text().endswith("ModifyDeviceFiles: 1\n")
