@@ -72,7 +72,13 @@ class _Args:
 
 
 def create_symlinks(args: _Args, ctx: HookContext) -> None:
-    """``--link target::linkpath``: the SONAME and dev links of the driver libraries."""
+    """``--link target::linkpath``: the SONAME and dev links of the driver libraries.
+
+    As ``ln -sf`` (the reference's rule): whatever the image has at a link path
+    (a stub's ``libcuda.so.1``, a stale link) is replaced, or the container would
+    load the image's copy or fail to start. Replacing works through the Rootfs,
+    inside the root and on the mount the path names (never a directory).
+    """
     from nvct.rootfs import Rootfs
 
     links = args.all("link")
@@ -83,7 +89,7 @@ def create_symlinks(args: _Args, ctx: HookContext) -> None:
             target, sep, link = spec.partition("::")
             if not sep or not target or not link.startswith("/"):
                 raise NvctError(f"create-symlinks: invalid --link {spec!r} (expected target::/abs/link)")
-            root.symlink(target, link)
+            root.symlink(target, link, replace=True)
 
 
 def enable_cuda_compat(args: _Args, ctx: HookContext) -> None:

@@ -126,3 +126,28 @@ def test_device_cgroup_allows_exactly_the_injected_nodes(tmp_path, sim_node, roo
     assert result.rc == 0, result.describe()
     assert set(result.stdout.split("\n")) - {""} == {
         "c 195:1 rwm", "c 195:255 rwm", "c 195:254 rwm", f"c {uvm}:0 rwm", f"c {uvm}:1 rwm"}
+
+
+@pytest.mark.parametrize("mode", ("legacy", "jit-cdi", "cdi"))
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_an_images_own_libcuda_links_are_replaced_by_the_drivers(tmp_path, sim_node, gpu_runtimes, runtime, mode):
+    """As the reference's ``ln -sf``: a stub ``libcuda.so.1`` or a stale ``libcuda.so`` link in the image
+    gives way to the driver's links instead of failing the start or shadowing the driver."""
+    from tests.support.gpu_runs import run_gpu as run_in_mode
+    from tests.support.rootfs import make_rootfs
+
+    rootfs = make_rootfs(str(tmp_path), name="image-with-stub")
+    libdir = os.path.join(rootfs, "usr/lib/x86_64-linux-gnu")
+    os.makedirs(libdir, exist_ok=True)
+    with open(os.path.join(libdir, "libcuda.so.1"), "w") as f:
+        f.write("a stub the image shipped\n")
+    os.symlink("/usr/local/cuda/lib64/stubs/libcuda.so", os.path.join(libdir, "libcuda.so"))
+    result = run_in_mode(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                         command="cd /usr/lib/x86_64-linux-gnu && readlink libcuda.so.1 && readlink libcuda.so && "
+                                 "dlopen-probe libcuda.so.1")
+    assert result.rc == 0, result.describe()
+    version = sim_node["driver_version"]
+    assert result.stdout.splitlines()[:2] == [f"libcuda.so.{version}", "libcuda.so.1"], result.describe()
+    assert result.stdout.splitlines()[2].startswith("ok libcuda.so.1 /usr/lib/x86_64-linux-gnu/"), result.describe()
+    # The rootfs is the container's writable layer: the link replaced the stub there, nowhere else.
+    assert os.readlink(os.path.join(libdir, "libcuda.so.1")) == f"libcuda.so.{version}"
