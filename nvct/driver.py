@@ -45,6 +45,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
 }
 _LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
 
+
 BINARIES: dict[str, tuple[str, ...]] = {
     "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"),
     "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
@@ -57,23 +58,54 @@ IPC = {
     "compute": ("/tmp/nvidia-mps",),
 }
 
-#: Graphics/display config files, by capability (container path = host path).
-GRAPHICS_FILES = {
+#: Which library lists a requested capability turns on, as libnvidia-container's container
+#: options do: ``video`` also the compute libraries (NVENC and NVDEC load libcuda),
+#: ``display`` also the graphics ones. ``display`` names the reference toolkit's extras.
+LIBRARY_SETS: dict[str, tuple[str, ...]] = {
+    "utility": ("utility",), "compute": ("compute",), "video": ("video", "compute"),
+    "graphics": ("graphics",), "display": ("graphics", "display"), "ngx": ("ngx",),
+}
+
+#: Libraries the reference toolkit adds to libnvidia-container's lists (its graphics mounts,
+#: and its CDI specs, which carry every ``*.so.<version>``). egl-gbm and egl-wayland have
+#: their own versions; libnvidia-allocator is what ``gbm/nvidia-drm_gbm.so`` points at.
+EXTRA_LIBRARIES: dict[str, tuple[str, ...]] = {
+    "graphics": ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so", "libnvidia-vulkan-producer.so",
+                 "libnvidia-allocator.so"),
+    "display": ("libnvidia-gtk3.so", "libnvidia-wayland-client.so"),
+}
+OWN_VERSION_LIBRARIES = ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so")
+
+#: Config and data files found under /etc, else /usr/share (the reference's config dirs),
+#: per library set: (name, where it goes in the container; None: the path it was found at).
+_CONFIG_DIRS = ("/etc", "/usr/share")
+CONFIG_FILES: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "compute": (("OpenCL/vendors/nvidia.icd", None),),
     "graphics": (
-        "/usr/share/vulkan/icd.d/nvidia_icd.json",
-        "/etc/vulkan/icd.d/nvidia_icd.json",
-        "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
-        "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
-        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
-        "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
-        "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
-        "/usr/share/nvidia/nvoptix.bin",
-    ),
-    "display": (
-        "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
-        "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
+        ("glvnd/egl_vendor.d/10_nvidia.json", None),
+        ("egl/egl_external_platform.d/15_nvidia_gbm.json", None),
+        ("egl/egl_external_platform.d/10_nvidia_wayland.json", None),
+        ("nvidia/nvoptix.bin", None),
+        ("X11/xorg.conf.d/10-nvidia.conf", None),
+        ("X11/xorg.conf.d/nvidia-drm-outputclass.conf", None),
+        # The Vulkan loader reads /etc/vulkan on every distribution: always put them there.
+        ("vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/icd.d/nvidia_icd.json"),
+        ("vulkan/icd.d/nvidia_icd.x86_64.json", "/etc/vulkan/icd.d/nvidia_icd.x86_64.json"),
+        ("vulkan/icd.d/nvidia_layers.json", "/etc/vulkan/icd.d/nvidia_layers.json"),
+        ("vulkan/implicit_layer.d/nvidia_layers.json", "/etc/vulkan/implicit_layer.d/nvidia_layers.json"),
     ),
 }
+
+#: The X server's driver modules (graphics and display), each taken from the first directory
+#: that has it: under the driver's library directory, then the distributions' module dirs.
+XORG_FILES = ("nvidia_drv.so", "libglxserver_nvidia.so.{version}")
+_XORG_SUBDIRS = ("modules/drivers", "modules/extensions", "modules/updates/drivers", "modules/updates/extensions")
+_XORG_ROOTS = ("/usr/lib/xorg", "/usr/lib64/xorg", "/usr/X11R6/lib", "/usr/X11R6/lib64")
+
+def library_sets(capabilities) -> set[str]:
+    """The library lists (keys of :data:`LIBRARIES`, :data:`EXTRA_LIBRARIES`) ``capabilities`` turn on."""
+    return {s for cap in capabilities for s in LIBRARY_SETS.get(cap, ())}
+
 
 _TLS = "libnvidia-tls.so"
 _TLS_ABI = (2, 3, 99)
@@ -332,11 +364,37 @@ class Driver:
         out.sort(key=lambda lib: (lib.arch != "x86_64", lib.path))
         return tuple(out)
 
-    def libraries(self, capabilities, *, compat32: bool = False) -> list[Library]:
-        wanted = set(capabilities)
-        return [lib for lib in self.all_libraries
-                if lib.capability in wanted and (lib.arch == "x86_64" or compat32)
-                and (not lib.soname.startswith(_TLS) or self._tls_abi_ok(lib))]
+    def libraries(self, sets, *, compat32: bool = False) -> list[Library]:
+        """The libraries of the library ``sets`` (see :func:`library_sets`), each file once."""
+        wanted = set(sets)
+        out = [lib for lib in self.all_libraries
+               if lib.capability in wanted and (lib.arch == "x86_64" or compat32)
+               and (not lib.soname.startswith(_TLS) or self._tls_abi_ok(lib))]
+        paths = {lib.path for lib in out}
+        for lib in self.extra_libraries:
+            if lib.capability in wanted and lib.path not in paths:
+                paths.add(lib.path)
+                out.append(lib)
+        return out
+
+    @_cached
+    def extra_libraries(self) -> tuple[Library, ...]:
+        """:data:`EXTRA_LIBRARIES` found through the ld cache (64-bit, as the reference's)."""
+        by_name = {name: cap for cap, names in EXTRA_LIBRARIES.items() for name in names}
+        out: list[Library] = []
+        seen: set[str] = set()
+        for entry in self._cache_entries:
+            base = entry.key.split(".so", 1)[0] + ".so"
+            capability = by_name.get(base)
+            if capability is None or entry.arch != "x86_64":
+                continue
+            real = resolve_in_root(self.driver_root, entry.value)
+            if real is None or real in seen or not (base in OWN_VERSION_LIBRARIES or real.endswith("." + self.version)):
+                continue
+            seen.add(real)
+            out.append(Library(real, entry.key, capability, entry.arch))
+        out.sort(key=lambda lib: lib.path)
+        return tuple(out)
 
     def _tls_abi_ok(self, lib: Library) -> bool:
         """libnvidia-tls only with the new TLS ABI (an ELF note "Linux 2.3.99"), as libnvidia-container.
@@ -386,12 +444,30 @@ class Driver:
                 break
         return out
 
-    def graphics_files(self, capability: str) -> list[str]:
+    def config_files(self, sets) -> list[tuple[str, str]]:
+        """(path under the driver root, container path) of the :data:`CONFIG_FILES` of ``sets``."""
         out = []
-        for pattern in GRAPHICS_FILES.get(capability, ()):
-            path = pattern.format(version=self.version)
-            if os.path.exists(self.host_path(path)):
-                out.append(path)
+        for name, target in (entry for s in sorted(sets) for entry in CONFIG_FILES.get(s, ())):
+            for d in _CONFIG_DIRS:
+                path = f"{d}/{name}"
+                if os.path.isfile(self.host_path(path)):
+                    out.append((path, target or path))
+                    break
+        return out
+
+    def xorg_files(self) -> list[str]:
+        """:data:`XORG_FILES`, each from the first directory that has it (paths under the driver root)."""
+        cuda = [lib for lib in self.all_libraries if lib.soname == "libcuda.so.1" and lib.arch == "x86_64"]
+        libdir = os.path.dirname(cuda[0].path) if cuda else None
+        dirs = [f"{libdir}/nvidia/xorg"] + [f"{libdir}/xorg/{sub}" for sub in _XORG_SUBDIRS] if libdir else []
+        dirs += [f"{root}/{sub}" for root in _XORG_ROOTS for sub in _XORG_SUBDIRS]
+        out = []
+        for pattern in XORG_FILES:
+            name = pattern.format(version=self.version)
+            for d in dirs:
+                if os.path.isfile(self.host_path(f"{d}/{name}")):
+                    out.append(f"{d}/{name}")
+                    break
         return out
 
     def vdpau_libraries(self) -> list[str]:

@@ -14,20 +14,46 @@ import os
 import sys
 
 from nvct.devices import Selection, select
-from nvct.driver import Driver, Gpu, MigDevice, Node
+from nvct.driver import Driver, Gpu, Library, MigDevice, Node, library_sets
 from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
 from nvct.errors import NvctError, RequestError
 from nvct.log import logger
 from nvct.lowlevel import which
 from nvct.request import Request
 
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Sequence
+
 RO_MOUNT = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
 RW_MOUNT = ("nosuid", "nodev", "noexec", "rbind", "rprivate")
 
-#: Dev links the reference creates beside the SONAME links.
-_DEV_LINKS = {"libcuda.so.1": "libcuda.so", "libnvidia-opticalflow.so.1": "libnvidia-opticalflow.so"}
+#: Links the reference creates beside the SONAME links.
 _GLX_INDIRECT = ("libGLX_nvidia.so.0", "libGLX_indirect.so.0")
+_GLXSERVER = "libglxserver_nvidia.so"
+#: gbm loads the driver's backend by this name, a link to the allocator (as the driver installs it).
+_GBM_BACKEND = ("libnvidia-allocator.so.1", "gbm/nvidia-drm_gbm.so")
+
+
+def _library_links(lib: Library, name: str) -> list[tuple[str, str]]:
+    """(target, link name in the library's folder) for one injected library file ``name``.
+
+    The SONAME link (when the SONAME is not the file), and for 64-bit libraries the
+    unversioned ``.so`` a program links or dlopens by (``libnvidia-ml.so``, as the host
+    has it) and the GLX indirect name.
+    """
+    links = []
+    if lib.soname != name:
+        links.append((name, lib.soname))
+    if lib.arch != "x86_64":
+        return links
+    stem = lib.soname.split(".so", 1)[0] + ".so"
+    if stem != lib.soname and (lib.soname != name or stem == "libnvidia-vulkan-producer.so"):
+        links.append((lib.soname, stem))
+    if lib.soname == _GLX_INDIRECT[0]:
+        links.append((lib.soname, _GLX_INDIRECT[1]))
+    return links
 
 #: Extra device classes switched on by NVIDIA_GDS and friends: (device globs, files to mount).
 GATED = {
@@ -105,10 +131,11 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str,
     ``ldconfig``: the host ldconfig for the update-ldcache step (None: the default).
     """
     caps = set(capabilities)
+    sets = library_sets(caps)  # video brings the compute libraries, display the graphics ones
     edits = ContainerEdits()
     edits.device_nodes.extend(_device(n, "driver control node") for n in driver.control_nodes())
 
-    libraries = driver.libraries(caps, compat32="compat32" in caps)
+    libraries = driver.libraries(sets, compat32="compat32" in caps)
     for lib in libraries:
         edits.mounts.append(Mount(driver.host_path(lib.path), lib.path, "bind", RO_MOUNT,
                                   reason=f"{lib.capability} library ({lib.arch})"))
@@ -122,40 +149,40 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str,
         edits.mounts.append(Mount(driver.host_path(path), path, "bind", options, reason="driver IPC"))
     for path in driver.firmware():
         edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="GSP firmware"))
-    for cap in ("graphics", "display"):
-        if cap in caps:
-            for path in driver.graphics_files(cap):
-                edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason=f"{cap} config"))
+    for path, target in driver.config_files(sets):
+        edits.mounts.append(Mount(driver.host_path(path), target, "bind", RO_MOUNT, reason="driver config (ICD)"))
+    xorg = driver.xorg_files() if "graphics" in sets else []
+    for path in xorg:
+        edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="X server module"))
 
-    steps = in_container_steps(driver, libraries, caps, ldconfig=ldconfig)
+    steps = in_container_steps(driver, libraries, sets, ldconfig=ldconfig, xorg=xorg)
     if steps:
         edits.hooks.append(Hook("createContainer", hook_path, tuple(chain_prefix(hook_path) + steps),
                                 reason="symlinks and ld cache inside the container"))
     return edits
 
 
-def in_container_steps(driver: Driver, libraries, caps, *, ldconfig: str | None = None) -> list[str]:
+def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None = None,
+                       xorg: Sequence[str] = ()) -> list[str]:
     """The hook chain, one process: create-symlinks, enable-cuda-compat, update-ldcache,
-    disable-device-node-modification."""
+    disable-device-node-modification (``sets``: the library sets, :func:`nvct.driver.library_sets`)."""
     links = []
     folders: list[str] = []
-    names = set()
     for lib in libraries:
         folder, name = os.path.split(lib.path)
-        names.add(lib.soname)
         if folder not in folders:
             folders.append(folder)
-        if lib.soname != name:
-            links.append(f"{name}::{folder}/{lib.soname}")
-        dev = _DEV_LINKS.get(lib.soname)
-        if dev and lib.arch == "x86_64":
-            links.append(f"{lib.soname}::{folder}/{dev}")
-        if lib.soname == _GLX_INDIRECT[0] and lib.arch == "x86_64":
-            links.append(f"{lib.soname}::{folder}/{_GLX_INDIRECT[1]}")
+        links.extend(f"{target}::{folder}/{link}" for target, link in _library_links(lib, name))
+        if lib.soname == _GBM_BACKEND[0] and lib.arch == "x86_64" and "graphics" in sets:
+            links.append(f"../{lib.soname}::{folder}/{_GBM_BACKEND[1]}")
+    for path in xorg:  # the X server loads the GLX module by its unversioned name
+        folder, name = os.path.split(path)
+        if name.startswith(_GLXSERVER + "."):
+            links.append(f"{name}::{folder}/{_GLXSERVER}")
     steps: list[list[str]] = []
     if links:
         steps.append(["create-symlinks"] + [a for link in links for a in ("--link", link)])
-    if "compute" in caps:
+    if "compute" in sets:
         steps.append(["enable-cuda-compat", "--host-driver-version", driver.version])
     if folders:
         steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)]

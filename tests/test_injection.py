@@ -1,5 +1,6 @@
 """request + driver -> edits, on the simulated node."""
 
+import itertools
 import os
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from nvct import config as config_mod, injection, request as request_mod
 from nvct.driver import Driver
 from nvct.errors import NvctError
+from tests.support.capabilities import CAPABILITIES, expected_library_stems, stem
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,9 @@ def test_every_edit_says_why(setup):
 def test_graphics_brings_drm_nodes_and_icd_files(setup):
     edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "2", "NVIDIA_DRIVER_CAPABILITIES": "graphics,display"})
     assert {"/dev/dri/card2", "/dev/dri/renderD130"} <= {d.path for d in edits.device_nodes}
-    assert "/usr/share/vulkan/icd.d/nvidia_icd.json" in {m.container_path for m in edits.mounts}
+    # The node has the ICD under /usr/share; the Vulkan loader finds it in /etc in every image.
+    icd = [m for m in edits.mounts if m.container_path == "/etc/vulkan/icd.d/nvidia_icd.json"]
+    assert [m.host_path.endswith("/usr/share/vulkan/icd.d/nvidia_icd.json") for m in icd] == [True]
 
 
 def test_compat32_brings_i386_libraries(setup):
@@ -111,3 +115,63 @@ def test_a_bare_name_is_looked_up_on_path_and_a_missing_one_names_its_key(monkey
     assert injection.hook_source(_hook_config(**{"nvidia-ctk": "nvidia-cdi-hook"})) == (str(program), "nvidia-ctk.path")
     with pytest.raises(NvctError, match=r"^nvidia-ctk.path: 'nvidia-ctk-missing' not found on PATH$"):
         injection.hook_source(_hook_config(**{"nvidia-ctk": "nvidia-ctk-missing"}))
+
+
+@pytest.fixture(scope="module")
+def libraries_on_node(sim_node):
+    root = sim_node["roots"]["driver_root"]
+    names = set()
+    for d in ("usr/lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu/vdpau"):
+        names |= {stem(n) for n in os.listdir(os.path.join(root, d)) if ".so." in n}
+    return names
+
+
+@pytest.mark.parametrize("caps", [c for n in range(1, len(CAPABILITIES) + 1)
+                                  for c in itertools.combinations(CAPABILITIES, n)], ids=",".join)
+def test_every_capability_combination_gets_libnvidia_containers_library_sets(setup, libraries_on_node, caps):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": ",".join(caps)})
+    injected = {stem(m.container_path) for m in edits.mounts if m.container_path.startswith("/usr/lib/x86_64")}
+    assert injected == expected_library_stems(caps, libraries_on_node)
+    links = {a.split("::")[1] for a in edits.hooks[0].args if "::" in a}
+    # video brings libcuda with its SONAME and .so links; display the graphics libraries
+    assert ("/usr/lib/x86_64-linux-gnu/libcuda.so.1" in links) == bool({"compute", "video"} & set(caps))
+    assert ("/usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.0" in links) == bool({"graphics", "display"} & set(caps))
+
+
+def test_video_alone_gets_libcuda_but_not_the_compute_programs(setup):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "video"})
+    mounted = {m.container_path for m in edits.mounts}
+    assert "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" in mounted
+    assert "/usr/lib/x86_64-linux-gnu/libnvidia-encode.so.550.54.15" in mounted
+    assert not any("nvidia-cuda-mps" in p for p in mounted)  # compute *binaries* stay compute's
+    assert "enable-cuda-compat" in edits.hooks[0].args
+
+
+def test_graphics_files_icds_and_links(setup):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "display"})
+    mounted = {m.container_path for m in edits.mounts}
+    assert {"/etc/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+            "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+            "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+            "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+            "/usr/share/X11/xorg.conf.d/10-nvidia.conf",
+            "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+            "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.550.54.15"} <= mounted
+    assert "/etc/OpenCL/vendors/nvidia.icd" not in mounted  # compute's
+    links = [a for a in edits.hooks[0].args if "::" in a]
+    lib = "/usr/lib/x86_64-linux-gnu"
+    assert {f"../libnvidia-allocator.so.1::{lib}/gbm/nvidia-drm_gbm.so",
+            f"libnvidia-egl-gbm.so.1.1.1::{lib}/libnvidia-egl-gbm.so.1",
+            "libglxserver_nvidia.so.550.54.15::/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so",
+            f"libGLX_nvidia.so.0::{lib}/libGLX_indirect.so.0"} <= set(links)
+
+
+def test_compute_gets_the_opencl_icd_and_every_unversioned_link(setup):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility,video"})
+    assert "/etc/OpenCL/vendors/nvidia.icd" in {m.container_path for m in edits.mounts}
+    links = {a for a in edits.hooks[0].args if "::" in a}
+    lib = "/usr/lib/x86_64-linux-gnu"
+    for name in ("libcuda", "libnvidia-ml", "libnvcuvid", "libnvidia-encode", "libnvidia-opticalflow",
+                 "libnvidia-ptxjitcompiler", "libcudadebugger", "libnvidia-opencl"):
+        assert f"{name}.so.1::{lib}/{name}.so" in links, name
+    assert f"libnvidia-nvvm.so.4::{lib}/libnvidia-nvvm.so" in links

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 
+from nvct.driver import OWN_VERSION_LIBRARIES
 from nvct.doctor.model import Context, fail, info, ok, warn
 
 _SO_VERSION = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
@@ -126,6 +127,8 @@ def _host_paths(edits):
 def _versions(edits):
     for m in edits.get("mounts") or ():
         for path in (m["hostPath"], m["containerPath"]):
+            if os.path.basename(path).startswith(OWN_VERSION_LIBRARIES):  # e.g. libnvidia-egl-gbm.so.1.1.1
+                continue
             match = _SO_VERSION.search(path) or _FIRMWARE_VERSION.search(path)
             if match:
                 yield match.group(1)

@@ -46,7 +46,7 @@ def test_imex_channels(tmp_path, sim_node, rootfs, gpu_runtimes, mode):
 def test_graphics_and_display(tmp_path, sim_node, rootfs, gpu_runtimes, mode):
     out = run_gpu(tmp_path, sim_node, rootfs, mode,
                   ["NVIDIA_VISIBLE_DEVICES=2", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"],
-                  "ls /dev/dri; cat /usr/share/vulkan/icd.d/nvidia_icd.json; "
+                  "ls /dev/dri; cat /etc/vulkan/icd.d/nvidia_icd.json; "
                   "dlopen-probe libGLX_nvidia.so.0 libEGL_nvidia.so.0")
     assert "card2" in out and "renderD130" in out and "card1" not in out
     assert '"library_path" : "libGLX_nvidia.so.0"' in out

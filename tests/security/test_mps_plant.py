@@ -50,17 +50,18 @@ def _plant(rootfs: str, folder: str) -> None:
 
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("plant", ["firmware", "libdir"])
+@pytest.mark.parametrize("plant", ["firmware", "libdir", "vulkan-icd", "opencl-icd"])
 def test_nothing_lands_in_the_hosts_mps_directory(tmp_path, sim_node, rootfs, runtime, mode, plant):
     need_runtime(runtime)
     host_mps = os.path.join(sim_node["roots"]["driver_root"], MPS.lstrip("/"))
     assert os.path.isdir(host_mps)
-    folder = f"/lib/firmware/nvidia/{sim_node['driver_version']}" if plant == "firmware" else LIBDIR
+    folder = {"firmware": f"/lib/firmware/nvidia/{sim_node['driver_version']}", "libdir": LIBDIR,
+              "vulkan-icd": "/etc/vulkan/icd.d", "opencl-icd": "/etc/OpenCL/vendors"}[plant]
     _plant(rootfs, folder)
     before = snapshot(host_mps)
 
-    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime,
-                     env=["NVIDIA_VISIBLE_DEVICES=0"], command=f"ls -A {MPS}; ls /dev/nvidia0")
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, command=f"ls -A {MPS}; ls /dev/nvidia0",
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"])
 
     assert snapshot(host_mps) == before, result.describe()
     assert not mounts_under(rootfs), result.describe()
