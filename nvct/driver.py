@@ -107,6 +107,9 @@ def library_sets(capabilities) -> set[str]:
     return {s for cap in capabilities for s in LIBRARY_SETS.get(cap, ())}
 
 
+#: Where libvdpau looks for its drivers (modules outside the ld cache).
+VDPAU_DIRS = ("/usr/lib/x86_64-linux-gnu/vdpau", "/usr/lib64/vdpau", "/usr/lib/vdpau")
+
 _TLS = "libnvidia-tls.so"
 _TLS_ABI = (2, 3, 99)
 
@@ -470,13 +473,16 @@ class Driver:
                     break
         return out
 
-    def vdpau_libraries(self) -> list[str]:
-        """libvdpau_nvidia is not in the ld cache; it lives in a ``vdpau/`` subdir."""
+    def vdpau_libraries(self) -> list[Library]:
+        """libvdpau_nvidia is not in the ld cache; it lives in a ``vdpau/`` subdir.
+
+        libvdpau opens it as ``vdpau/libvdpau_nvidia.so.1``, the SONAME every driver gives it.
+        """
         out = []
-        for d in ("/usr/lib/x86_64-linux-gnu/vdpau", "/usr/lib64/vdpau", "/usr/lib/vdpau"):
+        for d in VDPAU_DIRS:
             path = f"{d}/libvdpau_nvidia.so.{self.version}"
             if os.path.isfile(self.host_path(path)):
-                out.append(path)
+                out.append(Library(path, "libvdpau_nvidia.so.1", "video", "x86_64"))
         return out
 
     # --- NVML, only for what procfs cannot tell ---

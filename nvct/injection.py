@@ -14,7 +14,7 @@ import os
 import sys
 
 from nvct.devices import Selection, select
-from nvct.driver import Driver, Gpu, Library, MigDevice, Node, library_sets
+from nvct.driver import VDPAU_DIRS, Driver, Gpu, Library, MigDevice, Node, library_sets
 from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
 from nvct.errors import NvctError, RequestError
 from nvct.log import logger
@@ -49,6 +49,8 @@ def _library_links(lib: Library, name: str) -> list[tuple[str, str]]:
     if lib.arch != "x86_64":
         return links
     stem = lib.soname.split(".so", 1)[0] + ".so"
+    if os.path.dirname(lib.path) in VDPAU_DIRS:  # a VDPAU module, opened by its SONAME only
+        return links
     if stem != lib.soname and (lib.soname != name or stem == "libnvidia-vulkan-producer.so"):
         links.append((lib.soname, stem))
     if lib.soname == _GLX_INDIRECT[0]:
@@ -136,12 +138,11 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str,
     edits.device_nodes.extend(_device(n, "driver control node") for n in driver.control_nodes())
 
     libraries = driver.libraries(sets, compat32="compat32" in caps)
+    if "video" in sets:
+        libraries += driver.vdpau_libraries()
     for lib in libraries:
         edits.mounts.append(Mount(driver.host_path(lib.path), lib.path, "bind", RO_MOUNT,
                                   reason=f"{lib.capability} library ({lib.arch})"))
-    if "video" in caps:
-        for path in driver.vdpau_libraries():
-            edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="video library (VDPAU)"))
     for path in driver.binaries(sorted(caps)):
         edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="driver utility"))
     for path in driver.ipc(sorted(caps)):

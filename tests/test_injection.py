@@ -175,3 +175,12 @@ def test_compute_gets_the_opencl_icd_and_every_unversioned_link(setup):
                  "libnvidia-ptxjitcompiler", "libcudadebugger", "libnvidia-opencl"):
         assert f"{name}.so.1::{lib}/{name}.so" in links, name
     assert f"libnvidia-nvvm.so.4::{lib}/libnvidia-nvvm.so" in links
+
+
+def test_video_gets_the_vdpau_module_by_the_name_libvdpau_opens(setup):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "video"})
+    vdpau = "/usr/lib/x86_64-linux-gnu/vdpau"
+    assert f"{vdpau}/libvdpau_nvidia.so.550.54.15" in {m.container_path for m in edits.mounts}
+    args = edits.hooks[0].args
+    assert f"libvdpau_nvidia.so.550.54.15::{vdpau}/libvdpau_nvidia.so.1" in args
+    assert not any(a.endswith(f"{vdpau}/libvdpau_nvidia.so") for a in args)

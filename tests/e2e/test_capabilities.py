@@ -25,6 +25,7 @@ SHOW = (f"cd {LIB} && find . -type f -name '*.so.*'; echo '== files'; "
         "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json /usr/lib/xorg/modules/drivers/nvidia_drv.so; "
         "do [ -f $f ] && echo $f; done; echo '== links'; "
         "for l in libcuda.so libnvidia-ml.so libnvcuvid.so gbm/nvidia-drm_gbm.so libnvidia-egl-gbm.so.1 "
+        "vdpau/libvdpau_nvidia.so.1 "
         "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so; do [ -e $l ] && echo $l; done; "
         "echo '== probe'; dlopen-probe libcuda.so.1 libEGL_nvidia.so.0 libnvidia-egl-gbm.so.1 2>&1; true")
 
@@ -72,6 +73,7 @@ def test_a_container_gets_the_sets_its_capabilities_name(tmp_path, sim_node, roo
     assert ("libnvidia-ml.so" in links) == ("utility" in wanted)
     assert ("gbm/nvidia-drm_gbm.so" in links) == graphics  # resolves: the allocator comes along
     assert ("libnvidia-egl-gbm.so.1" in links) == graphics
+    assert ("vdpau/libvdpau_nvidia.so.1" in links) == ("video" in wanted)
     probe = found["probe"]
     assert any(line.startswith("ok libcuda.so.1 ") for line in probe) == cuda, result.describe()
     assert any(line.startswith("ok libnvidia-egl-gbm.so.1 ") for line in probe) == graphics, result.describe()
@@ -92,6 +94,6 @@ def test_a_cdi_mode_container_gets_every_capabilitys_files_from_the_generated_sp
                                    "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
                                    "/usr/lib/xorg/modules/drivers/nvidia_drv.so"}
     assert set(found["links"]) == {"libcuda.so", "libnvidia-ml.so", "libnvcuvid.so", "gbm/nvidia-drm_gbm.so",
-                                   "libnvidia-egl-gbm.so.1",
+                                   "libnvidia-egl-gbm.so.1", "vdpau/libvdpau_nvidia.so.1",
                                    "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so"}
     assert [line.split()[0] for line in found["probe"]] == ["ok", "ok", "ok"], result.describe()
