@@ -241,20 +241,21 @@ class Driver:
         if logger.is_enabled_for("debug"):
             logger.debug("read %s/driver/nvidia/gpus/*/information: %d GPU(s) %s", self.proc_root, len(infos),
                          " ".join(f"{g.bus_id}={g.uuid}" for g in infos))
-        minors = None
+        table = None
         out = []
         for index, info in enumerate(infos):
             instances = procfs.mig_instances(self.proc_root, info.minor)
             migs = []
             if instances:
-                if minors is None:
-                    minors = procfs.mig_minors(self.proc_root)
+                if table is None:
+                    table = procfs.mig_minors_table(self.proc_root)
                 for i, inst in enumerate(instances):
-                    gi_key = f"gpu{inst.gpu_minor}/gi{inst.gi}/access"
-                    ci_key = f"gpu{inst.gpu_minor}/gi{inst.gi}/ci{inst.ci}/access"
-                    gi_minor = minors.get(gi_key, 3 + 135 * inst.gpu_minor + 9 * inst.gi)
+                    gi_minor = procfs.mig_minor(table, f"gpu{inst.gpu_minor}/gi{inst.gi}/access")
+                    if gi_minor is None:
+                        gi_minor = 3 + 135 * inst.gpu_minor + 9 * inst.gi
+                    ci_minor = procfs.mig_minor(table, f"gpu{inst.gpu_minor}/gi{inst.gi}/ci{inst.ci}/access")
                     migs.append(MigDevice(index, i, inst.gi, inst.ci, gi_minor,
-                                          minors.get(ci_key, gi_minor + 1 + inst.ci)))
+                                          gi_minor + 1 + inst.ci if ci_minor is None else ci_minor))
             out.append(Gpu(index, info.minor, info.uuid, info.bus_id, info.model, tuple(migs)))
             if migs:
                 logger.debug("read %s/driver/nvidia/capabilities/gpu%d/mig: %d MIG device(s)",

@@ -169,6 +169,31 @@ def mig_instances(root: str, gpu_minor: int) -> list[MigInstance]:
     return out
 
 
+def mig_minors_table(root: str) -> str:
+    """The raw ``driver/nvidia-caps/mig-minors`` text ('' when absent): see :func:`mig_minor`."""
+    try:
+        return _read(os.path.join(root, "driver/nvidia-caps/mig-minors"))
+    except DriverError:
+        return ""
+
+
+def mig_minor(table: str, name: str) -> int | None:
+    """The minor of cap ``name`` (``gpu0/gi1/access``) in a :func:`mig_minors_table`.
+
+    Looked up in the text: the table has a line for every possible instance
+    (~4300), and a container start needs two of them per MIG device.
+    """
+    at = -1
+    while True:
+        at = table.find(name + " ", at + 1)
+        if at < 0:
+            return None
+        if at == 0 or table[at - 1] == "\n":
+            end = table.find("\n", at)
+            minor = table[at + len(name) + 1:end if end >= 0 else len(table)].strip()
+            return int(minor) if minor.isascii() and minor.isdigit() else None
+
+
 def mig_minors(root: str) -> dict[str, int]:
     """``driver/nvidia-caps/mig-minors``: cap path (``gpu0/gi1/access``) -> minor."""
     path = os.path.join(root, "driver/nvidia-caps/mig-minors")

@@ -54,3 +54,22 @@ def test_mig_minors_and_char_majors(fs):
     majors = procfs.char_majors("/p")
     assert majors["nvidia"] == 195 and majors["nvidia-uvm"] == 510 and majors["nvidia-caps"] == 511
     assert "sd" not in majors
+
+
+def test_mig_minor_looks_names_up_at_line_starts_only():
+    table = "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu10/gi1/access 1353\n"
+    assert procfs.mig_minor(table, "gpu0/gi1/access") == 12
+    assert procfs.mig_minor(table, "gpu0/gi1/ci0/access") == 13
+    assert procfs.mig_minor(table, "gpu10/gi1/access") == 1353
+    assert procfs.mig_minor(table, "pu0/gi1/access") is None  # inside a name, not a line
+    assert procfs.mig_minor(table, "gpu0/gi2/access") is None
+    assert procfs.mig_minor("gpu0/gi1/access x\n", "gpu0/gi1/access") is None
+    assert procfs.mig_minor("", "config") is None
+
+
+def test_mig_minor_agrees_with_the_parsed_table_on_every_line_of_a_driver_table(sim_node):
+    root = sim_node["roots"]["proc_root"]
+    table = procfs.mig_minors_table(root)
+    parsed = procfs.mig_minors(root)
+    assert len(parsed) > 4000
+    assert all(procfs.mig_minor(table, name) == minor for name, minor in parsed.items())
