@@ -270,6 +270,18 @@ def needs_root_and_apt(test):
     return test
 
 
+def needs_podman_and_image(test):
+    """podman, runc, and what the test image is built from."""
+    for mark in (
+        pytest.mark.skipif(not os.access(PODMAN, os.X_OK), reason=f"needs {PODMAN}"),
+        pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}"),
+        pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
+                           reason=f"needs {BUSYBOX} and gcc (the test image)"),
+    ):
+        test = mark(test)
+    return test
+
+
 @pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
 @pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
                     reason=f"needs {BUSYBOX} and gcc (the test container's rootfs)")
@@ -357,10 +369,7 @@ def test_configure_unconfigure_purge_and_configure_purge_leave_no_nvct_entries_n
     assert f"nvct: removed {spec} (a CDI spec whose hooks run nvct's programs)\n" in said
 
 
-@pytest.mark.skipif(not os.access(PODMAN, os.X_OK), reason=f"needs {PODMAN}")
-@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
-@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
-                    reason=f"needs {BUSYBOX} and gcc (the test image)")
+@needs_podman_and_image
 @needs_root_and_apt
 def test_podman_runs_the_packaged_hook_from_its_default_hooks_directory(deb, tmp_path):
     _skip_if_this_machine_has_nvct_or_the_toolkit()
@@ -393,10 +402,7 @@ def test_install_keeps_the_config_the_nvidia_container_toolkit_left(deb):
 
 
 
-@pytest.mark.skipif(not os.access(PODMAN, os.X_OK), reason=f"needs {PODMAN}")
-@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
-@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
-                    reason=f"needs {BUSYBOX} and gcc (the test image)")
+@needs_podman_and_image
 @needs_root_and_apt
 def test_podman_runs_a_reference_cdi_spec_through_the_packaged_nvidia_cdi_hook(deb, tmp_path):
     """A spec in the layout NVIDIA's tools write, hooks at /usr/bin/nvidia-cdi-hook: the deb's."""
