@@ -40,8 +40,8 @@ def _library_links(lib: Library, name: str) -> list[tuple[str, str]]:
     """(target, link name in the library's folder) for one injected library file ``name``.
 
     The SONAME link (when the SONAME is not the file), and for 64-bit libraries the
-    unversioned ``.so`` a program links or dlopens by (``libnvidia-ml.so``, as the host
-    has it) and the GLX indirect name.
+    unversioned ``.so`` a program links or dlopens by (``libnvidia-ml.so``; the reference
+    makes one for every driver library with a short SONAME) and the GLX indirect name.
     """
     links = []
     if lib.soname != name:
