@@ -164,13 +164,8 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
                     f"/etc in container root {rootfs_path} is read-only: cannot update "
                     f"{CACHE_PATH} for {', '.join(folders) or 'injected libraries'}")
             root.makedirs("/etc")
-            for folder in ["/etc", *folders]:
-                if root.exists(folder):  # ldconfig writes links and the cache there
-                    root.check_same_mount(folder)
+            writable = _writable(root, ["/etc", *folders])
             check_conf(root)
-            # Where ldconfig writes: the cache's /etc and the folders (links); every
-            # other mount under the root it only reads (see _freeze_other_mounts).
-            writable = [root.realpath(p) for p in ["/etc", *folders] if root.exists(p)]
             with _etc_lock(root, timeout):
                 if folders:
                     text = "# Written by nvct: driver libraries injected into this container.\n"
@@ -180,6 +175,36 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
                                      timeout, ldconfig, writable)
     finally:
         os.close(exe)
+
+
+def create_soname_links(rootfs_path: str, folders: Sequence[str], *,
+                        ldconfig: str = DEFAULT, timeout: float = 10.0) -> str:
+    """The SONAME links of the libraries in ``folders`` only (``ldconfig -n``), no cache.
+
+    The reference's ``create-soname-symlinks`` hook. Runs exactly like
+    :func:`update_ldcache` (host ldconfig, sandboxed, chrooted), writing only
+    in ``folders``; folders the root does not have are skipped.
+    """
+    folders = [_check_folder(f) for f in folders]
+    exe = open_static_executable(host_ldconfig_path(ldconfig))
+    try:
+        with Rootfs(rootfs_path) as root:
+            folders = [f for f in folders if root.exists(f)]
+            if not folders:
+                return ""
+            writable = _writable(root, folders)
+            return _run_chrooted(root, exe, ["ldconfig", "-n", *folders], timeout, ldconfig, writable)
+    finally:
+        os.close(exe)
+
+
+def _writable(root: Rootfs, paths: Sequence[str]) -> list[str]:
+    """Where ldconfig may write (the cache's /etc, the folders' links), checked onto the mount
+    each path names; every other mount under the root it only reads (_freeze_other_mounts)."""
+    present = [p for p in paths if root.exists(p)]
+    for path in present:
+        root.check_same_mount(path)
+    return [root.realpath(p) for p in present]
 
 
 _MAX_CONF_FILES = 512

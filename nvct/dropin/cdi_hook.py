@@ -4,6 +4,7 @@ CDI specs written by NVIDIA's tools (``nvidia-ctk cdi generate``, the k8s
 device plugin, the DRA driver, ``nvidia-cdi-refresh``) name
 ``/usr/bin/nvidia-cdi-hook`` (or the operator's toolkit directory's copy)
 with ``create-symlinks --link T::L``, ``update-ldcache --folder F``,
+``create-soname-symlinks --folder F``,
 ``enable-cuda-compat --host-driver-version V``,
 ``disable-device-node-modification`` (or its newer name ``update-nvidia-params``), ``chmod --mode M --path P`` and
 ``update-application-profile``. Each is the step of the same name in

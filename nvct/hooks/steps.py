@@ -123,6 +123,17 @@ def update_ldcache(args: _Args, ctx: HookContext) -> None:
     ldconfig.update_ldcache(ctx.rootfs, folders, **({"ldconfig": path} if path else {}))
 
 
+def create_soname_symlinks(args: _Args, ctx: HookContext) -> None:
+    """``--folder F`` (repeated): SONAME links for the libraries in those folders (``ldconfig -n``).
+
+    The reference's hook of that name, in specs some of its releases wrote.
+    """
+    from nvct import ldconfig
+
+    path = args.one("ldconfig-path")
+    ldconfig.create_soname_links(ctx.rootfs, args.all("folder"), **({"ldconfig": path} if path else {}))
+
+
 def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
     """Mask the driver's params with ``ModifyDeviceFiles: 0`` so libcuda never mknods in the container."""
     from nvct.rootfs import Rootfs
@@ -280,6 +291,7 @@ STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
     "create-symlinks": create_symlinks,
     "enable-cuda-compat": enable_cuda_compat,
     "update-ldcache": update_ldcache,
+    "create-soname-symlinks": create_soname_symlinks,
     "disable-device-node-modification": disable_device_node_modification,
     "update-nvidia-params": disable_device_node_modification,  # the reference's newer name
     "chmod": chmod,

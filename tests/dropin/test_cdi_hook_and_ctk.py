@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 
@@ -126,3 +127,18 @@ def test_both_names_of_the_params_hook_mask_modify_device_files(container_root, 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\n"
     assert (root / "proc/driver/nvidia/params").read_text().endswith("ModifyDeviceFiles: 1\n")
+
+
+def test_create_soname_symlinks_links_each_library_of_the_folder_and_writes_no_cache(container_root, sim_node):
+    """The reference's hook in specs some of its releases wrote: ``ldconfig -n`` on the folders, sandboxed."""
+    root, state = container_root
+    lib = "usr/lib/x86_64-linux-gnu"
+    version = sim_node["driver_version"]
+    (root / lib).mkdir(parents=True)
+    shutil.copy(os.path.join(sim_node["roots"]["driver_root"], lib, f"libcuda.so.{version}"), root / lib)
+    script = (f'exec "{CDI_HOOK}" create-soname-symlinks --folder /{lib} --folder /no/such/dir '
+              f'--container-spec="{state}"')
+    proc = run(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(root / lib / "libcuda.so.1") == f"libcuda.so.{version}"
+    assert not (root / "etc").exists()
