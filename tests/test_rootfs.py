@@ -608,3 +608,16 @@ def test_remount_read_only_of_a_root_that_is_no_mount_fails_with_one_line(root_d
     error = in_private_mount_namespace(work)
     assert error == f"container root {root_dir}: cannot make it read-only: Invalid argument"
     assert not os.statvfs(root_dir).f_flag & os.ST_RDONLY
+
+
+def test_symlink_replace_never_follows_the_link_it_replaces(root, root_dir, tmp_path):
+    """create-symlinks replaces an image's link (ln -sf): one aimed at a host file is replaced, not followed."""
+    outside = tmp_path / "host-file"
+    outside.write_text("host")
+    (root_dir / "libcuda.so.1").symlink_to(outside)
+    (root_dir / "libcuda.so").symlink_to("../../../../" + str(outside))
+    root.symlink("libcuda.so.550", "/libcuda.so.1", replace=True)
+    root.symlink("libcuda.so.1", "/libcuda.so", replace=True)
+    assert os.readlink(root_dir / "libcuda.so.1") == "libcuda.so.550"
+    assert os.readlink(root_dir / "libcuda.so") == "libcuda.so.1"
+    assert outside.read_text() == "host" and not outside.is_symlink()
