@@ -169,11 +169,15 @@ def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None 
     disable-device-node-modification (``sets``: the library sets, :func:`nvct.driver.library_sets`)."""
     links = []
     folders: list[str] = []
+    entries: list[str] = []  # what ldconfig enters from the folders: SONAMEs and .so links
     for lib in libraries:
         folder, name = os.path.split(lib.path)
         if folder not in folders:
             folders.append(folder)
-        links.extend(f"{target}::{folder}/{link}" for target, link in _library_links(lib, name))
+        pairs = _library_links(lib, name)
+        links.extend(f"{target}::{folder}/{link}" for target, link in pairs)
+        entries.extend(f"{folder}/{n}" for n in [lib.soname, *(link for _, link in pairs if link.endswith(".so"))]
+                       if f"{folder}/{n}" not in entries)
         if lib.soname == _GBM_BACKEND[0] and lib.arch == "x86_64" and "graphics" in sets:
             links.append(f"../{lib.soname}::{folder}/{_GBM_BACKEND[1]}")
     for path in xorg:  # the X server loads the GLX module by its unversioned name
@@ -187,6 +191,7 @@ def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None 
         steps.append(["enable-cuda-compat", "--host-driver-version", driver.version])
     if folders:
         steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)]
+                     + [a for e in entries for a in ("--library", e)]
                      + (["--ldconfig-path", ldconfig] if ldconfig else []))
     # Keeps libcuda from creating device nodes in the container (a no-op without /proc/driver/nvidia).
     steps.append(["disable-device-node-modification"])

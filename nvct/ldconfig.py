@@ -29,12 +29,13 @@ import ctypes
 import fcntl
 import os
 import select
+import stat
 import struct
 import sys
 import time
 
 from nvct import privileges
-from nvct.errors import ContainerError
+from nvct.errors import CacheError, ContainerError
 from nvct.namespaces import mounts, unshare_mount_namespace
 from nvct.rootfs import (MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY,
                          MS_REMOUNT, UMOUNT_NOFOLLOW, Rootfs, mount, umount)
@@ -57,6 +58,7 @@ _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
 _SETUP_FAILED = 126  # the child's exit status when it failed before exec
 _PT_INTERP = 3
+_ET_DYN, _EM_X86_64 = 3, 62
 _SIGKILL = 9
 _OUTPUT_LIMIT = 64 * 1024
 
@@ -143,7 +145,7 @@ def _check_folder(folder: str) -> str:
     return "/" + "/".join(p for p in folder.split("/") if p not in ("", "."))
 
 
-def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
+def update_ldcache(rootfs_path: str, folders: Sequence[str], *, libraries: Sequence[str] = (),
                    ldconfig: str = DEFAULT, timeout: float = 10.0) -> str:
     """Make the container at ``rootfs_path`` find libraries in ``folders``.
 
@@ -154,8 +156,15 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
     root. With no folders only the cache is rebuilt. Returns ldconfig's
     output (warnings). Raises :class:`ReadOnlyRootfsError` when the root's
     /etc is read-only, ContainerError on any other failure.
+
+    ``libraries``: the container paths of the injected libraries and their
+    links, every name ldconfig would enter from ``folders`` (each entry named
+    by its basename). When given, the image's own cache gets exactly those
+    entries added (:func:`add_to_cache`) and ldconfig does not run, unless
+    that cannot be done exactly.
     """
     folders = [_check_folder(f) for f in folders]
+    libraries = [_check_folder(p) for p in libraries]
     exe = open_static_executable(host_ldconfig_path(ldconfig))
     try:
         with Rootfs(rootfs_path) as root:
@@ -165,16 +174,68 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *,
                     f"{CACHE_PATH} for {', '.join(folders) or 'injected libraries'}")
             root.makedirs("/etc")
             writable = _writable(root, ["/etc", *folders])
-            check_conf(root)
             with _etc_lock(root, timeout):
                 if folders:
                     text = "# Written by nvct: driver libraries injected into this container.\n"
                     root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders),
                                     0o644, replace=True)
+                if libraries and add_to_cache(root, libraries):
+                    return ""
+                check_conf(root)
                 return _run_chrooted(root, exe, ["ldconfig", "-C", CACHE_PATH, *folders],
                                      timeout, ldconfig, writable)
     finally:
         os.close(exe)
+
+
+def add_to_cache(root: Rootfs, libraries: Sequence[str]) -> bool:
+    """Add ``libraries`` to the root's ld cache as ldconfig would; False where only ldconfig can.
+
+    Each path becomes the entry ldconfig makes for it: its basename and the
+    flags of a 64-bit x86-64 library (ldconfig's are fixed for those). The image's cache must be one glibc >= 2.32
+    wrote and :func:`nvct.ldcache.add` can patch exactly (the loader's own
+    search finding every new entry afterwards); anything else (no cache,
+    the old format, an i386 library, a path that is not an ELF library) is
+    left to ldconfig. Reads and writes only through the root, runs nothing.
+    Skipping ldconfig also skips its rescan of the image's folders: entries
+    the image's cache lacks stay missing, as they were before the start.
+    """
+    from nvct import ldcache
+
+    if not root.exists(CACHE_PATH):
+        return False
+    try:
+        data = root.read_file(CACHE_PATH, limit=ldcache._MAX_FILE_SIZE + 1)
+        entries = []
+        for path in libraries:
+            found = _library_entry(root, path)
+            if found is None:
+                return False
+            entries.append(found)
+        patched = ldcache.add(data, entries, source=CACHE_PATH)
+    except (ContainerError, CacheError):
+        return False
+    if patched is not data:
+        root.write_file(CACHE_PATH, patched, 0o644, replace=True)
+    return True
+
+
+_FLAGS_X86_64 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64: what ldconfig gives every x86-64 library
+
+
+def _library_entry(root: Rootfs, path: str):
+    """The cache entry ldconfig (glibc >= 2.33: no OS version) makes for ``path``, if x86-64."""
+    from nvct import ldcache
+
+    fd = root.open(path)
+    try:
+        head = os.pread(fd, 64, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+    if not (len(head) == 64 and head[:6] == b"\x7fELF\x02\x01"
+            and struct.unpack_from("<HH", head, 16) == (_ET_DYN, _EM_X86_64)):
+        return None
+    return ldcache.Entry(path.rsplit("/", 1)[1], path, _FLAGS_X86_64)
 
 
 def create_soname_links(rootfs_path: str, folders: Sequence[str], *,

@@ -42,8 +42,14 @@ def test_gpu_edits_have_nodes_libraries_binaries_and_one_hook(setup, sim_node):
     assert args[:4] == ["nvct", "hook", "chain", "create-symlinks"]
     assert "libcuda.so.550.54.15::/usr/lib/x86_64-linux-gnu/libcuda.so.1" in args
     assert "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so" in args
-    assert args[-5:] == ["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu", "--",
-                         "disable-device-node-modification"]
+    ldcache = args[args.index("update-ldcache"):]
+    assert ldcache[:3] == ["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]
+    assert ldcache[-2:] == ["--", "disable-device-node-modification"]
+    # every name ldconfig would enter: SONAMEs and unversioned links, once each
+    entries = [ldcache[i + 1] for i, a in enumerate(ldcache) if a == "--library"]
+    assert {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so"} <= set(entries)
+    assert len(entries) == len(set(entries))
+    assert "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" not in entries
 
 
 def test_every_edit_says_why(setup):

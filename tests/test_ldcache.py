@@ -386,3 +386,122 @@ def test_thousand_entries_parse_quickly():
     for _ in range(10):
         assert len(ldcache.parse(data)) == 1000
     assert (time.perf_counter() - start) / 10 < 0.05  # ~1 ms here; generous for slow CI
+
+
+# --- adding entries (the hook's cache patch) ------------------------------------
+
+HOST_CACHE = "/etc/ld.so.cache"
+needs_host_cache = pytest.mark.skipif(not os.path.exists(HOST_CACHE), reason=f"needs {HOST_CACHE}")
+
+
+def _sorted_like_ldconfig(entries):
+    """Rows in the order ldconfig writes them: name descending by libcmp, then flags descending."""
+    import functools
+
+    def cmp(a, b):
+        return -ldcache.libcmp(a[1].encode(), b[1].encode()) or (b[0] - a[0])
+    return sorted(entries, key=functools.cmp_to_key(cmp))
+
+
+@pytest.mark.parametrize("a, b, sign", [
+    ("libfoo.so.10", "libfoo.so.9", 1), ("libfoo.so.1", "libfoo.so.01", 0), ("libc.so.6", "libc.so", 1),
+    ("libA.so", "liba.so", -1), ("lib1.so", "libx.so", 1), ("libx.so", "lib1.so", -1), ("", "a", -1),
+    ("lib99999999999.so", "lib1.so", 1),  # ten digits wrap in C's int, as in glibc
+])
+def test_libcmp_compares_digit_runs_as_numbers(a, b, sign):
+    result = ldcache.libcmp(a.encode(), b.encode())
+    assert (result > 0) - (result < 0) == sign
+
+
+@needs_host_cache
+def test_libcmp_agrees_with_the_order_the_host_ldconfig_wrote():
+    keys = [e.key.encode() for e in ldcache.load(HOST_CACHE)]
+    assert len(keys) > 10
+    assert all(ldcache.libcmp(a, b) >= 0 for a, b in zip(keys, keys[1:]))
+
+
+def test_added_entries_go_before_the_images_own_of_that_name():
+    data = new_cache(_sorted_like_ldconfig([(X86_64, "libz.so.1", "/lib/libz.so.1"),
+                                            (X86_64, "libcuda.so.1", "/opt/stub/libcuda.so.1"),
+                                            (I386, "libcuda.so.1", "/lib32/libcuda.so.1"),
+                                            (X86_64, "libc.so.6", "/lib/libc.so.6")]))
+    new = [Entry("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", X86_64),
+           Entry("libcuda.so", "/usr/lib/x86_64-linux-gnu/libcuda.so", X86_64)]
+    out = ldcache.parse(ldcache.add(data, new))
+    assert _keys_values(out) == [
+        (X86_64, "libz.so.1", "/lib/libz.so.1"),
+        (X86_64, "libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+        (X86_64, "libcuda.so.1", "/opt/stub/libcuda.so.1"),
+        (I386, "libcuda.so.1", "/lib32/libcuda.so.1"),
+        (X86_64, "libcuda.so", "/usr/lib/x86_64-linux-gnu/libcuda.so"),
+        (X86_64, "libc.so.6", "/lib/libc.so.6"),
+    ]
+
+
+def test_adding_what_the_cache_already_resolves_changes_nothing():
+    data = new_cache([(X86_64, "libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1")])
+    assert ldcache.add(data, [Entry("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", X86_64)]) is data
+
+
+def test_an_old_entry_identical_to_a_new_one_is_dropped():
+    data = new_cache([(X86_64, "libcuda.so.1", "/opt/stub/libcuda.so.1"),
+                      (X86_64, "libcuda.so.1", "/usr/lib/libcuda.so.1")])
+    out = ldcache.parse(ldcache.add(data, [Entry("libcuda.so.1", "/usr/lib/libcuda.so.1", X86_64)]))
+    assert _keys_values(out) == [(X86_64, "libcuda.so.1", "/usr/lib/libcuda.so.1"),
+                                 (X86_64, "libcuda.so.1", "/opt/stub/libcuda.so.1")]
+
+
+@given(st.lists(st.tuples(st.sampled_from([X86_64, I386]),
+                          st.from_regex(r"lib[a-c0-9]{0,3}\.so(\.[0-9]{1,3}){0,2}", fullmatch=True)),
+                min_size=0, max_size=30),
+       st.lists(st.from_regex(r"lib[a-c0-9]{0,3}\.so(\.[0-9]{1,3}){0,2}", fullmatch=True),
+                min_size=1, max_size=8, unique=True))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_added_entry_is_where_the_loader_looks(image, added):
+    old = _sorted_like_ldconfig([(f, k, f"/image/{i}/{k}") for i, (f, k) in enumerate(image)])
+    new = [Entry(k, f"/drv/{k}", X86_64) for k in added]
+    out = ldcache.parse(ldcache.add(new_cache(old), new))
+    assert len(out) == len(old) + len(new)
+    for e in new:  # glibc's search: the first entry of that name (libcmp) with these flags
+        same = [x for x in out if ldcache.libcmp(x.key.encode(), e.key.encode()) == 0 and x.flags == X86_64]
+        assert same[0].value == e.value
+    keys = [x.key.encode() for x in out]
+    assert all(ldcache.libcmp(a, b) >= 0 for a, b in zip(keys, keys[1:]))
+
+
+@pytest.mark.parametrize("data, why", [
+    (old_cache([(X86_64, "libc.so.6", "/lib/libc.so.6")]), "not a new-format cache"),
+    (new_cache([(X86_64, "libc.so.6", "/lib/libc.so.6")], order=">" if NATIVE == "<" else "<",
+               endian_flag=3 if NATIVE == "<" else 2), "foreign byte order"),
+    (new_cache([(X86_64, "libc.so.6", "/lib/libc.so.6")]) + b"junk", "data after the string table"),
+])
+def test_caches_it_cannot_patch_exactly_are_refused(data, why):
+    with pytest.raises(CacheError, match=why):
+        ldcache.add(data, [Entry("libcuda.so.1", "/usr/lib/libcuda.so.1", X86_64)])
+
+
+def _with_extension(data: bytes, tag: int, payload: bytes) -> bytes:
+    """``data`` plus an extension directory of one section, as glibc >= 2.33 writes it."""
+    data = data + b"\0" * (-len(data) % 4)
+    directory = struct.pack(NATIVE + "II", 0xEAA42174, 1)
+    at = len(data) + len(directory) + 16
+    directory += struct.pack(NATIVE + "IIII", tag, 0, at, len(payload))
+    return data[:32] + struct.pack(NATIVE + "I", len(data)) + data[36:] + directory + payload
+
+
+def test_an_unknown_extension_is_refused_and_the_generator_kept():
+    data = new_cache([(X86_64, "libc.so.6", "/lib/libc.so.6")])
+    with pytest.raises(CacheError, match="unknown extension 7"):
+        ldcache.add(_with_extension(data, 7, b"????"), [Entry("libcuda.so.1", "/lib/libcuda.so.1", X86_64)])
+    new = [Entry("libcuda.so.1", "/lib/libcuda.so.1", X86_64)]
+    out = ldcache.add(_with_extension(data, 0, b"ldconfig (test)"), new)
+    (offset,) = struct.unpack_from(NATIVE + "I", out, 32)
+    tag, _, at, size = struct.unpack_from(NATIVE + "IIII", out, offset + 8)
+    assert (tag, out[at:at + size]) == (0, b"ldconfig (test)")
+
+
+def test_a_name_the_loader_would_not_find_is_refused():
+    data = new_cache([(X86_64, "libc.so.6", "/lib/libc.so.6")])
+    twice = [Entry("libcuda.so.1", "/a/libcuda.so.1", X86_64), Entry("libcuda.so.1", "/b/libcuda.so.1", X86_64)]
+    with pytest.raises(CacheError, match="would not find the new entry"):
+        ldcache.add(data, twice)

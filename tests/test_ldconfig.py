@@ -231,6 +231,87 @@ def test_setup_failure_in_the_child_is_reported(image, built, monkeypatch):
         update_ldcache(str(image), [], ldconfig=f"@{built['probe']}")
 
 
+# -- the image's cache patched instead of running ldconfig ---------------------------
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+INJECTED = [f"{LIBDIR}/libnvctfoo.so.1", f"{LIBDIR}/libnvctfoo.so"]
+
+
+@pytest.fixture
+def driver_image(tmp_path, built):
+    """An image with its own ld cache (a stub ``libnvctfoo.so.1`` in /opt/stub, listed in
+    ld.so.conf), then the driver's library injected as the hook chain leaves it."""
+    root = tmp_path / "root"
+    for d in ("opt/stub", "etc/ld.so.conf.d", LIBDIR.lstrip("/"), "usr/lib/glibc-hwcaps/x86-64-v2"):
+        (root / d).mkdir(parents=True)
+    (root / "etc/ld.so.conf").write_text("/opt/stub\ninclude /etc/ld.so.conf.d/*.conf\n")
+    shutil.copy(built["lib"], root / "opt/stub/libnvctfoo.so.1")
+    shutil.copy(built["lib"], root / "usr/lib/glibc-hwcaps/x86-64-v2/libnvctfoo.so.1")  # a hwcaps extension
+    subprocess.run([HOST_LDCONFIG, "-r", str(root)], check=True)
+    shutil.copy(built["lib"], root / LIBDIR.lstrip("/"))
+    os.symlink("libnvctfoo.so.1.0", root / LIBDIR.lstrip("/") / "libnvctfoo.so.1")
+    os.symlink("libnvctfoo.so.1", root / LIBDIR.lstrip("/") / "libnvctfoo.so")
+    return root
+
+
+def _ldconfig_runs(monkeypatch) -> list:
+    runs = []
+    real = ldconfig._run_chrooted
+    monkeypatch.setattr(ldconfig, "_run_chrooted", lambda *a, **k: runs.append(a) or real(*a, **k))
+    return runs
+
+
+@needs_root
+@needs_ldconfig
+def test_patched_cache_is_the_one_ldconfig_writes(driver_image, monkeypatch):
+    cache = driver_image / "etc/ld.so.cache"
+    image_cache = cache.read_bytes()
+    update_ldcache(str(driver_image), [LIBDIR])
+    by_ldconfig = _cache_listing(driver_image)
+    cache.write_bytes(image_cache)
+    runs = _ldconfig_runs(monkeypatch)
+    update_ldcache(str(driver_image), [LIBDIR], libraries=INJECTED)
+    assert runs == []
+    assert _cache_listing(driver_image) == by_ldconfig  # order, flags, hwcaps and generator included
+    listing = by_ldconfig.splitlines()
+    ours = listing.index(f"\tlibnvctfoo.so.1 (libc6,x86-64) => {LIBDIR}/libnvctfoo.so.1")
+    assert ours < listing.index("\tlibnvctfoo.so.1 (libc6,x86-64) => /opt/stub/libnvctfoo.so.1")
+    assert 'hwcap: "x86-64-v2"' in by_ldconfig
+    assert (driver_image / CONF_PATH.lstrip("/")).read_text().splitlines()[1:] == [LIBDIR]
+
+
+@needs_root
+@needs_ldconfig
+def test_a_restarted_container_cache_is_left_as_it_is(driver_image, monkeypatch):
+    update_ldcache(str(driver_image), [LIBDIR], libraries=INJECTED)
+    before = os.stat(driver_image / "etc/ld.so.cache")
+    runs = _ldconfig_runs(monkeypatch)
+    update_ldcache(str(driver_image), [LIBDIR], libraries=INJECTED)
+    after = os.stat(driver_image / "etc/ld.so.cache")
+    assert runs == [] and (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+
+
+@needs_root
+@needs_ldconfig
+@pytest.mark.parametrize("change", ["no cache", "old format", "not an x86-64 library", "missing library"])
+def test_ldconfig_runs_where_the_cache_cannot_be_patched_exactly(driver_image, built, monkeypatch, change):
+    libraries = list(INJECTED)
+    cache = driver_image / "etc/ld.so.cache"
+    if change == "no cache":
+        cache.unlink()
+    elif change == "old format":
+        cache.write_bytes(b"ld.so-1.7.0\0" + bytes(4))
+    elif change == "not an x86-64 library":
+        (driver_image / "usr/lib/libnvctbar.so.1").write_text("not ELF")
+        libraries.append("/usr/lib/libnvctbar.so.1")
+    else:
+        libraries.append(f"{LIBDIR}/libnvctgone.so.1")
+    runs = _ldconfig_runs(monkeypatch)
+    update_ldcache(str(driver_image), [LIBDIR], libraries=libraries)
+    assert len(runs) == 1
+    assert f"libnvctfoo.so.1 (libc6,x86-64) => {LIBDIR}/libnvctfoo.so.1" in _cache_listing(driver_image)
+
+
 @pytest.mark.parametrize("name, pattern, expected", [
     ("a.conf", "*.conf", True), ("a.con", "*.conf", False), ("x", "*", True), ("ab", "a?", True),
     ("aXbYc", "a*b*c", True), ("abd", "a*c", False), ("b.conf", "[ab].conf", True),

@@ -115,12 +115,18 @@ def enable_cuda_compat(args: _Args, ctx: HookContext) -> None:
 
 
 def update_ldcache(args: _Args, ctx: HookContext) -> None:
-    """Add ``--folder`` dirs to the container's ld.so.conf.d and run the host's static ldconfig."""
+    """Add ``--folder`` dirs to the container's ld.so.conf.d and run the host's static ldconfig.
+
+    ``--library`` (nvct's, repeated): every name in those folders ldconfig
+    would enter; the cache is then patched without running it. Not with a
+    CUDA compat folder, whose libraries only ldconfig's scan finds.
+    """
     from nvct import ldconfig
 
     folders = ctx.extra_folders + [f for f in args.all("folder") if f not in ctx.extra_folders]
+    libraries = [] if ctx.extra_folders else args.all("library")
     path = args.one("ldconfig-path")
-    ldconfig.update_ldcache(ctx.rootfs, folders, **({"ldconfig": path} if path else {}))
+    ldconfig.update_ldcache(ctx.rootfs, folders, libraries=libraries, **({"ldconfig": path} if path else {}))
 
 
 def create_soname_symlinks(args: _Args, ctx: HookContext) -> None:

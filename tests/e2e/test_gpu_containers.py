@@ -151,3 +151,32 @@ def test_an_images_own_libcuda_links_are_replaced_by_the_drivers(tmp_path, sim_n
     assert result.stdout.splitlines()[2].startswith("ok libcuda.so.1 /usr/lib/x86_64-linux-gnu/"), result.describe()
     # The rootfs is the container's writable layer: the link replaced the stub there, nowhere else.
     assert os.readlink(os.path.join(libdir, "libcuda.so.1")) == f"libcuda.so.{version}"
+
+
+@pytest.mark.parametrize("mode", ("legacy", "jit-cdi", "cdi"))
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_driver_wins_over_a_stub_the_images_own_cache_resolves(tmp_path, sim_node, gpu_runtimes, runtime,
+                                                                   mode):
+    """The image's ld cache maps ``libcuda.so.1`` to its own stub (a folder its ld.so.conf lists): the
+    container's loader must find the driver's. nvct patches that cache rather than run ldconfig."""
+    import shutil
+    import subprocess
+
+    from tests.support.gpu_runs import run_gpu as run_in_mode
+    from tests.support.rootfs import make_rootfs, refresh_ld_cache
+
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc (builds the image's stub libcuda.so.1)")
+    rootfs = make_rootfs(str(tmp_path), name="image-with-cached-stub")
+    os.makedirs(os.path.join(rootfs, "opt/stub"))
+    source = tmp_path / "stub.c"
+    source.write_text("int cuInit(unsigned int flags) { return 999; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                    os.path.join(rootfs, "opt/stub/libcuda.so.1"), str(source)], check=True)
+    with open(os.path.join(rootfs, "etc/ld.so.conf"), "a") as f:
+        f.write("/opt/stub\n")
+    refresh_ld_cache(rootfs)
+    result = run_in_mode(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                         command="dlopen-probe libcuda.so.1")
+    assert result.rc == 0, result.describe()
+    assert result.stdout.startswith("ok libcuda.so.1 /usr/lib/x86_64-linux-gnu/"), result.describe()

@@ -2,7 +2,9 @@
 
 /etc/ld.so.conf.d, /etc/ld.so.cache, /etc itself or a listed library folder
 are symlinks to host paths. The conf file is written through Rootfs; ldconfig
-runs chrooted with procfs detached, so whatever it follows stays inside.
+runs chrooted with procfs detached, so whatever it follows stays inside; the
+cache patch that replaces ldconfig for nvct's own steps (``patched``) reads
+and writes only through Rootfs.
 """
 
 from __future__ import annotations
@@ -32,37 +34,44 @@ def ldscene(scene, shared_library):
     (scene.root / FOLDER.lstrip("/")).mkdir(parents=True)
     shutil.copy(shared_library, scene.root / FOLDER.lstrip("/"))
     (scene.root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    os.symlink("libnvctfoo.so.1.0", scene.root / FOLDER.lstrip("/") / "libnvctfoo.so.1")  # create-symlinks'
+    subprocess.run(["/sbin/ldconfig", "-r", str(scene.root), "-C", "/etc/ld.so.cache"], check=True)
     scene.freeze()
     return scene
 
 
-def _update(scene, proc=False, folders=(FOLDER,)):
-    errors, _ = scene.attempt([lambda r: update_ldcache(str(scene.root), list(folders))],
+def _update(scene, proc=False, folders=(FOLDER,), patched=False):
+    libraries = [f"{FOLDER}/libnvctfoo.so.1"] if patched else []
+    errors, _ = scene.attempt([lambda r: update_ldcache(str(scene.root), list(folders), libraries=libraries)],
                               proc=proc)
     return errors[0]
 
 
 @pytest.mark.parametrize("kind", ["absolute", "relative", "magic"])
-def test_symlinked_conf_dir_is_not_written_through(ldscene, kind):
+@pytest.mark.parametrize("patched", [False, True], ids=["ldconfig", "patched"])
+def test_symlinked_conf_dir_is_not_written_through(ldscene, kind, patched):
     ldscene.link("/etc/ld.so.conf.d", kind, ldscene.host / "etc/ld.so.conf.d")
-    error = _update(ldscene, proc=kind == "magic")
+    error = _update(ldscene, proc=kind == "magic", patched=patched)
     assert error and ("dangling symlink" in error or "symbolic links" in error)
     ldscene.assert_host_untouched()
 
 
 @pytest.mark.parametrize("kind", ["absolute", "relative"])
-def test_symlinked_etc_is_not_written_through(ldscene, kind):
+@pytest.mark.parametrize("patched", [False, True], ids=["ldconfig", "patched"])
+def test_symlinked_etc_is_not_written_through(ldscene, kind, patched):
     shutil.rmtree(ldscene.root / "etc")
     ldscene.link("/etc", kind, ldscene.host / "etc")
-    error = _update(ldscene)
+    error = _update(ldscene, patched=patched)
     assert error and "dangling symlink" in error
     ldscene.assert_host_untouched()
 
 
 @pytest.mark.parametrize("kind", ["absolute", "relative", "magic"])
-def test_symlinked_cache_is_replaced_inside_the_root(ldscene, kind, capless_pid):
+@pytest.mark.parametrize("patched", [False, True], ids=["ldconfig", "patched"])
+def test_symlinked_cache_is_replaced_inside_the_root(ldscene, kind, patched, capless_pid):
+    (ldscene.root / "etc/ld.so.cache").unlink()
     ldscene.link("/etc/ld.so.cache", kind, ldscene.host / "etc/ld.so.cache", pid=capless_pid)
-    assert _update(ldscene, proc=kind == "magic") is None
+    assert _update(ldscene, proc=kind == "magic", patched=patched) is None
     cache = ldscene.root / "etc/ld.so.cache"
     assert not cache.is_symlink()
     out = subprocess.run(["/sbin/ldconfig", "-p", "-C", str(cache)], capture_output=True,
