@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 HOOK_NAME = "nvidia-container-runtime-hook"
 #: Set in the legacy hook's env: the log format the runtime was asked for.
 LOG_FORMAT_ENV = "NVCT_LOG_FORMAT"
+#: Set in the legacy hook's env: the shim saw a GPU request, so the hook's sh front need not look.
+GPU_REQUEST_ENV = "NVCT_GPU_REQUEST"
 
 
 class Modification:
@@ -146,7 +148,7 @@ def _legacy(spec: dict[str, Any], config, why: str, request: Request,
     devices = request.devices or ()  # what the hook will inject: for the log line
     if ocispec.has_nvidia_hook(spec):
         return Modification("legacy", why + "; an NVIDIA prestart hook is already present", devices=devices)
-    env = []
+    env = [f"{GPU_REQUEST_ENV}=1"]
     if config.path:
         env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
     if log_format:

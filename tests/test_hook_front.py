@@ -124,6 +124,14 @@ def test_loader_variables_leave_the_decision_to_python(front, tmp_path, env):
     assert record.exists()
 
 
+def test_the_legacy_shims_mark_goes_to_python_with_stdin_untouched(front, tmp_path):
+    """nvct's legacy shim saw the GPU request and says so in the hook's env: no greps, no copy."""
+    hook, record = front
+    state = _state(_bundle(tmp_path))
+    _run(hook, state, env=dict(HOOKS_D_ENV, NVCT_GPU_REQUEST="1"))
+    assert record.read_text() == state
+
+
 @pytest.mark.parametrize("args", [("poststart",), ("--config", "/x", "prestart"), ("--version",)])
 def test_other_command_lines_go_to_python(front, tmp_path, args):
     hook, record = front

@@ -137,7 +137,7 @@ def test_legacy_mode_inserts_the_hook_once(tmp_path, fake_runc, sim_node):
     [hook] = spec["hooks"]["prestart"]
     assert hook["path"] == os.path.join(BIN, "nvidia-container-runtime-hook")
     assert hook["args"] == ["nvidia-container-runtime-hook", "prestart"]
-    assert hook["env"] == [*HOOK_ENV, f"NVIDIA_CTK_CONFIG_FILE_PATH={config}"]
+    assert hook["env"] == [*HOOK_ENV, "NVCT_GPU_REQUEST=1", f"NVIDIA_CTK_CONFIG_FILE_PATH={config}"]
 
 
 def test_jit_cdi_mode_writes_devices_mounts_and_hides_env(tmp_path, fake_runc, sim_node):
