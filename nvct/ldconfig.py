@@ -58,7 +58,7 @@ _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
 _SETUP_FAILED = 126  # the child's exit status when it failed before exec
 _PT_INTERP = 3
-_ET_DYN, _EM_X86_64 = 3, 62
+_ET_DYN, _EM_386, _EM_X86_64 = 3, 3, 62
 _SIGKILL = 9
 _OUTPUT_LIMIT = 64 * 1024
 
@@ -192,10 +192,10 @@ def add_to_cache(root: Rootfs, libraries: Sequence[str]) -> bool:
     """Add ``libraries`` to the root's ld cache as ldconfig would; False where only ldconfig can.
 
     Each path becomes the entry ldconfig makes for it: its basename and the
-    flags of a 64-bit x86-64 library (ldconfig's are fixed for those). The image's cache must be one glibc >= 2.32
+    flags ldconfig gives it (:func:`_library_entry`). The image's cache must be one glibc >= 2.32
     wrote and :func:`nvct.ldcache.add` can patch exactly (the loader's own
     search finding every new entry afterwards); anything else (no cache,
-    the old format, an i386 library, a path that is not an ELF library) is
+    the old format, a path that is not an x86-64 or i386 ELF library) is
     left to ldconfig. Reads and writes only through the root, runs nothing.
     Skipping ldconfig also skips its rescan of the image's folders: entries
     the image's cache lacks stay missing, as they were before the start.
@@ -221,21 +221,67 @@ def add_to_cache(root: Rootfs, libraries: Sequence[str]) -> bool:
 
 
 _FLAGS_X86_64 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64: what ldconfig gives every x86-64 library
+_FLAGS_LIBC6 = 0x0003  # FLAG_ELF_LIBC6: an i386 library that needs libc.so.6
+_PT_LOAD, _PT_DYNAMIC, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ = 1, 2, 1, 5, 10
 
 
 def _library_entry(root: Rootfs, path: str):
-    """The cache entry ldconfig (glibc >= 2.33: no OS version) makes for ``path``, if x86-64."""
+    """The cache entry ldconfig (glibc >= 2.33: no OS version) makes for ``path``.
+
+    x86-64 libraries always get the same flags; an i386 one gets libc6's when
+    it needs ``libc.so.6`` (every driver library does). Anything else: None.
+    """
     from nvct import ldcache
 
     fd = root.open(path)
     try:
         head = os.pread(fd, 64, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        if len(head) == 64 and head[:6] == b"\x7fELF\x02\x01" \
+                and struct.unpack_from("<HH", head, 16) == (_ET_DYN, _EM_X86_64):
+            flags = _FLAGS_X86_64
+        elif len(head) >= 52 and head[:6] == b"\x7fELF\x01\x01" \
+                and struct.unpack_from("<HH", head, 16) == (_ET_DYN, _EM_386) and b"libc.so.6" in _needed32(fd, head):
+            flags = _FLAGS_LIBC6
+        else:
+            return None
     finally:
         os.close(fd)
-    if not (len(head) == 64 and head[:6] == b"\x7fELF\x02\x01"
-            and struct.unpack_from("<HH", head, 16) == (_ET_DYN, _EM_X86_64)):
-        return None
-    return ldcache.Entry(path.rsplit("/", 1)[1], path, _FLAGS_X86_64)
+    return ldcache.Entry(path.rsplit("/", 1)[1], path, flags)
+
+
+def _needed32(fd: int, head: bytes) -> list[bytes]:
+    """``DT_NEEDED`` of a little-endian 32-bit ELF, read from its program headers (bounded)."""
+    phoff, = struct.unpack_from("<I", head, 28)
+    phentsize, phnum = struct.unpack_from("<HH", head, 42)
+    if phentsize < 32 or phnum > 256:
+        return []
+    table = os.pread(fd, phentsize * phnum, phoff)
+    loads, dynamic = [], None
+    for i in range(len(table) // phentsize):
+        p_type, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<5I", table, i * phentsize)
+        if p_type == _PT_LOAD:
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == _PT_DYNAMIC:
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        return []
+    data = os.pread(fd, min(dynamic[1], 1 << 16), dynamic[0])
+    needed, strtab, strsz = [], None, 1 << 16
+    for tag, value in struct.iter_unpack("<iI", data[:len(data) // 8 * 8]):
+        if tag == 0:
+            break
+        if tag == _DT_NEEDED:
+            needed.append(value)
+        elif tag == _DT_STRTAB:
+            strtab = value
+        elif tag == _DT_STRSZ:
+            strsz = min(value, 1 << 16)
+    base = next((offset + strtab - vaddr for vaddr, offset, size in loads
+                 if strtab is not None and vaddr <= strtab < vaddr + size), None)
+    if base is None:
+        return []
+    strings = os.pread(fd, strsz, base)
+    return [strings[at:strings.find(b"\0", at)] for at in needed if strings.find(b"\0", at) >= 0]
 
 
 def create_soname_links(rootfs_path: str, folders: Sequence[str], *,

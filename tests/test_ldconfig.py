@@ -282,6 +282,28 @@ def test_patched_cache_is_the_one_ldconfig_writes(driver_image, monkeypatch):
 
 @needs_root
 @needs_ldconfig
+def test_an_i386_library_is_patched_in_as_ldconfig_enters_it(driver_image, sim_node, monkeypatch):
+    """compat32: the simulated driver's 32-bit libcuda (it needs libc.so.6: ldconfig's libc6 flag)."""
+    lib32 = "/usr/lib/i386-linux-gnu"
+    version = sim_node["driver_version"]
+    (driver_image / lib32.lstrip("/")).mkdir(parents=True)
+    shutil.copy(os.path.join(sim_node["roots"]["driver_root"], lib32.lstrip("/"), f"libcuda.so.{version}"),
+                driver_image / lib32.lstrip("/"))
+    os.symlink(f"libcuda.so.{version}", driver_image / lib32.lstrip("/") / "libcuda.so.1")
+    cache = driver_image / "etc/ld.so.cache"
+    image_cache = cache.read_bytes()
+    update_ldcache(str(driver_image), [LIBDIR, lib32])
+    by_ldconfig = _cache_listing(driver_image)
+    cache.write_bytes(image_cache)
+    runs = _ldconfig_runs(monkeypatch)
+    update_ldcache(str(driver_image), [LIBDIR, lib32], libraries=[*INJECTED, f"{lib32}/libcuda.so.1"])
+    assert runs == []
+    assert _cache_listing(driver_image) == by_ldconfig
+    assert f"libcuda.so.1 (libc6) => {lib32}/libcuda.so.1" in by_ldconfig
+
+
+@needs_root
+@needs_ldconfig
 def test_a_restarted_container_cache_is_left_as_it_is(driver_image, monkeypatch):
     update_ldcache(str(driver_image), [LIBDIR], libraries=INJECTED)
     before = os.stat(driver_image / "etc/ld.so.cache")
