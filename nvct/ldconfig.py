@@ -160,7 +160,7 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *, libraries: Seque
     ``libraries``: the container paths of the injected libraries and their
     links, every name ldconfig would enter from ``folders`` (each entry named
     by its basename). When given, the image's own cache gets exactly those
-    entries added (:func:`add_to_cache`) and ldconfig does not run, unless
+    entries added (:func:`patched_cache`) and ldconfig does not run, unless
     that cannot be done exactly.
     """
     folders = [_check_folder(f) for f in folders]
@@ -168,18 +168,12 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *, libraries: Seque
     exe = open_static_executable(host_ldconfig_path(ldconfig))
     try:
         with Rootfs(rootfs_path) as root:
-            if root.is_read_only("/etc" if root.exists("/etc") else "/"):
-                raise ReadOnlyRootfsError(
-                    f"/etc in container root {rootfs_path} is read-only: cannot update "
-                    f"{CACHE_PATH} for {', '.join(folders) or 'injected libraries'}")
-            root.makedirs("/etc")
-            writable = _writable(root, ["/etc", *folders])
+            writable = _writable_etc(root, folders)
             with _etc_lock(root, timeout):
-                if folders:
-                    text = "# Written by nvct: driver libraries injected into this container.\n"
-                    root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders),
-                                    0o644, replace=True)
-                if libraries and add_to_cache(root, libraries):
+                patch = patched_cache(root, libraries) if libraries else None
+                _write_conf(root, folders)
+                if patch is not None:
+                    _write_cache(root, *patch)
                     return ""
                 check_conf(root)
                 return _run_chrooted(root, exe, ["ldconfig", "-C", CACHE_PATH, *folders],
@@ -188,36 +182,102 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *, libraries: Seque
         os.close(exe)
 
 
-def add_to_cache(root: Rootfs, libraries: Sequence[str]) -> bool:
-    """Add ``libraries`` to the root's ld cache as ldconfig would; False where only ldconfig can.
+def patch_ldcache(rootfs_path: str, folders: Sequence[str], libraries: Sequence[str], *,
+                  host_files: dict[str, str], planned: tuple[bytes, bytes] | None = None,
+                  timeout: float = 10.0) -> bool:
+    """:func:`update_ldcache` done by patching alone, before the libraries are mounted.
+
+    ``host_files`` maps each of ``libraries`` to the host file it will show
+    (read for its ELF headers). ``planned``: a :func:`patched_cache` result
+    computed earlier, used when the cache still holds those bytes. False,
+    with nothing written, where only ldconfig could do it; the caller then
+    leaves the step to the hook.
+    """
+    folders = [_check_folder(f) for f in folders]
+    libraries = [_check_folder(p) for p in libraries]
+    with Rootfs(rootfs_path) as root:
+        if not root.exists(CACHE_PATH):
+            return False
+        _writable_etc(root, folders)
+        with _etc_lock(root, timeout):
+            patch = planned if planned and _still(root, planned[0]) else patched_cache(root, libraries, host_files)
+            if patch is None:
+                return False
+            _write_conf(root, folders)
+            _write_cache(root, *patch)
+            return True
+
+
+def _still(root: Rootfs, data: bytes) -> bool:
+    try:
+        return root.read_file(CACHE_PATH, limit=len(data) + 1) == data
+    except ContainerError:
+        return False
+
+
+def _writable_etc(root: Rootfs, folders: Sequence[str]) -> list[str]:
+    if root.is_read_only("/etc" if root.exists("/etc") else "/"):
+        raise ReadOnlyRootfsError(
+            f"/etc in container root {root.path} is read-only: cannot update "
+            f"{CACHE_PATH} for {', '.join(folders) or 'injected libraries'}")
+    root.makedirs("/etc")
+    return _writable(root, ["/etc", *folders])
+
+
+def _write_conf(root: Rootfs, folders: Sequence[str]) -> None:
+    if folders:
+        text = "# Written by nvct: driver libraries injected into this container.\n"
+        root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders), 0o644, replace=True)
+
+
+def _write_cache(root: Rootfs, data: bytes, patched: bytes) -> None:
+    if patched is not data:  # else the loader finds every entry already (a restarted container)
+        root.write_file(CACHE_PATH, patched, 0o644, replace=True)
+
+
+def patched_cache(root: Rootfs, libraries: Sequence[str],
+                  host_files: dict[str, str] | None = None) -> tuple[bytes, bytes] | None:
+    """The root's ld cache and that cache with ``libraries`` added as ldconfig would; None where only ldconfig can.
 
     Each path becomes the entry ldconfig makes for it: its basename and the
-    flags ldconfig gives it (:func:`_library_entry`). The image's cache must be one glibc >= 2.32
-    wrote and :func:`nvct.ldcache.add` can patch exactly (the loader's own
-    search finding every new entry afterwards); anything else (no cache,
-    the old format, a path that is not an x86-64 or i386 ELF library) is
-    left to ldconfig. Reads and writes only through the root, runs nothing.
+    flags ldconfig gives it (:func:`_library_entry`; the file is read in the
+    root, or on the host through ``host_files``). The image's cache must be
+    one glibc >= 2.32 wrote and :func:`nvct.ldcache.add` can patch exactly
+    (the loader's own search finding every new entry afterwards); anything
+    else (no cache, the old format, a path that is not an x86-64 or i386 ELF
+    library) is left to ldconfig. Reads only through the root, runs nothing.
     Skipping ldconfig also skips its rescan of the image's folders: entries
     the image's cache lacks stay missing, as they were before the start.
     """
     from nvct import ldcache
 
     if not root.exists(CACHE_PATH):
-        return False
+        return None
     try:
         data = root.read_file(CACHE_PATH, limit=ldcache._MAX_FILE_SIZE + 1)
         entries = []
         for path in libraries:
-            found = _library_entry(root, path)
+            if host_files is not None:
+                fd = _open_host_file(host_files.get(path))
+            else:
+                fd = root.open(path)
+            found = _library_entry(fd, path) if fd >= 0 else None
             if found is None:
-                return False
+                return None
             entries.append(found)
-        patched = ldcache.add(data, entries, source=CACHE_PATH)
+        return data, ldcache.add(data, entries, source=CACHE_PATH)
     except (ContainerError, CacheError):
-        return False
-    if patched is not data:
-        root.write_file(CACHE_PATH, patched, 0o644, replace=True)
-    return True
+        return None
+
+
+def _open_host_file(path: str | None) -> int:
+    """An fd on a host file (the driver's; trusted like every host path nvct mounts), else -1."""
+    if path is None:
+        return -1
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return -1
 
 
 _FLAGS_X86_64 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64: what ldconfig gives every x86-64 library
@@ -225,15 +285,15 @@ _FLAGS_LIBC6 = 0x0003  # FLAG_ELF_LIBC6: an i386 library that needs libc.so.6
 _PT_LOAD, _PT_DYNAMIC, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ = 1, 2, 1, 5, 10
 
 
-def _library_entry(root: Rootfs, path: str):
-    """The cache entry ldconfig (glibc >= 2.33: no OS version) makes for ``path``.
+def _library_entry(fd: int, path: str):
+    """The cache entry ldconfig (glibc >= 2.33: no OS version) makes for the library open on ``fd``.
 
     x86-64 libraries always get the same flags; an i386 one gets libc6's when
     it needs ``libc.so.6`` (every driver library does). Anything else: None.
+    Closes ``fd``.
     """
     from nvct import ldcache
 
-    fd = root.open(path)
     try:
         head = os.pread(fd, 64, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
         if len(head) == 64 and head[:6] == b"\x7fELF\x02\x01" \
@@ -244,6 +304,8 @@ def _library_entry(root: Rootfs, path: str):
             flags = _FLAGS_LIBC6
         else:
             return None
+    except OSError:
+        return None
     finally:
         os.close(fd)
     return ldcache.Entry(path.rsplit("/", 1)[1], path, flags)

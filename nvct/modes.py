@@ -55,14 +55,16 @@ def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
 
 def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
            log_format: str | None = None, bundle: str | None = None,
-           runtime: str | None = None) -> Modification:
+           runtime: str | None = None, prepare: bool = False) -> Modification:
     """Change ``spec`` in place for ``request``; the caller saves it.
 
     ``log_format`` (runc's ``--log-format``) is handed to the legacy hook, so
     both write the log file in one format. With ``bundle``, the jit-cdi hook
     is told the container's root, so it needs to read neither its stdin nor
     config.json. ``runtime``: the low-level runtime's path (see
-    :func:`_read_only_root_last`).
+    :func:`_read_only_root_last`). ``prepare`` (the shim, not ``nvct
+    explain``): do the hook chain's file steps now, in the container's root
+    (:mod:`nvct.prepare`), where they can be done exactly.
     """
     mode, why = resolve_mode(config.mode, request)
     from nvct.log import logger
@@ -75,7 +77,8 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
 
         edits = cdi_modes.edits_for(request, config)
         _check_targets(spec, edits, bundle)
-        _read_only_root_last(spec, edits, runtime)
+        if not (prepare and _prepared(spec, edits, bundle, config)):
+            _read_only_root_last(spec, edits, runtime)
         _apply(spec, edits)
         return Modification("cdi", why, edits, request.devices or ())
     from nvct import injection
@@ -88,7 +91,8 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
     check_requirements(request, driver, config)
     edits.env.append(f"{VISIBLE_DEVICES}=void")
     _check_targets(spec, edits, bundle)
-    _read_only_root_last(spec, edits, runtime)
+    if not (prepare and _prepared(spec, edits, bundle, config)):
+        _read_only_root_last(spec, edits, runtime)
     _apply(spec, edits)
     return Modification("jit-cdi", why, edits, request.devices or ())
 
@@ -99,6 +103,26 @@ def _check_targets(spec: dict[str, Any], edits: ContainerEdits, bundle: str | No
         from nvct import mounttargets
 
         mounttargets.check(spec, ocispec.rootfs(spec, bundle), [m.container_path for m in edits.mounts])
+
+
+def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config) -> bool:
+    """nvct's hook chain done now by :mod:`nvct.prepare`, leaving the hook only the params mask."""
+    if not bundle:
+        return False
+    from nvct import prepare
+    from nvct.log import logger
+
+    plan = prepare.plan(spec, edits, ocispec.rootfs(spec, bundle), bundle, config.proc_root)
+    if plan is None:
+        logger.debug("hook chain left to the hook (see nvct.prepare for when)")
+        return False
+    logger.debug("hook chain done before the runtime; the hook only masks the driver params")
+    mounts = len(edits.mounts)
+    plan.edit(edits)
+    if len(edits.mounts) != mounts:
+        _check_targets(spec, edits, bundle)  # the bind-mount steps' targets
+    plan.write()
+    return True
 
 
 def _with_container_root(hook: Hook, rootfs: str) -> Hook:

@@ -96,22 +96,27 @@ def enable_cuda_compat(args: _Args, ctx: HookContext) -> None:
     """Prefer the image's CUDA forward-compat libcuda when it is newer than the host driver."""
     from nvct.rootfs import Rootfs
 
-    host = _major(args.one("host-driver-version") or "")
-    if host is None:
-        return
     with Rootfs(ctx.rootfs) as root:
-        if not root.exists(_COMPAT_DIR):
+        folder = compat_folder(root, args.one("host-driver-version") or "")
+        if folder is None:
             return
-        best = None
-        for name in root.listdir(_COMPAT_DIR):
-            major = _compat_major(name)
-            if major is not None and (best is None or major > best):
-                best = major
-        if best is None or best <= host:
-            return
-        folder = root.realpath(_COMPAT_DIR)
         ctx.extra_folders.insert(0, folder)
         root.write_file(_COMPAT_CONF, (folder + "\n").encode(), 0o644, replace=True)
+
+
+def compat_folder(root, host_driver_version: str) -> str | None:
+    """The image's CUDA compat folder (real path) when its libcuda is newer than the host driver."""
+    host = _major(host_driver_version)
+    if host is None or not root.exists(_COMPAT_DIR):
+        return None
+    best = None
+    for name in root.listdir(_COMPAT_DIR):
+        major = _compat_major(name)
+        if major is not None and (best is None or major > best):
+            best = major
+    if best is None or best <= host:
+        return None
+    return root.realpath(_COMPAT_DIR)
 
 
 def update_ldcache(args: _Args, ctx: HookContext) -> None:
@@ -148,12 +153,19 @@ def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
     with Rootfs(ctx.rootfs) as root:
         if not root.exists(target):
             return
-        current = root.read_file(target).decode(errors="replace")
-        if "ModifyDeviceFiles: 0" in current:
-            return
-        lines = [("ModifyDeviceFiles: 0" if line.startswith("ModifyDeviceFiles:") else line)
-                 for line in current.splitlines()]
-        root.mount_data(target, ("\n".join(lines) + "\n").encode())
+        masked = masked_params(root.read_file(target))
+        if masked is not None:
+            root.mount_data(target, masked)
+
+
+def masked_params(current: bytes) -> bytes | None:
+    """The driver's params with ``ModifyDeviceFiles: 0``; None when they say so already."""
+    text = current.decode(errors="replace")
+    if "ModifyDeviceFiles: 0" in text:
+        return None
+    lines = [("ModifyDeviceFiles: 0" if line.startswith("ModifyDeviceFiles:") else line)
+             for line in text.splitlines()]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def chmod(args: _Args, ctx: HookContext) -> None:

@@ -2,7 +2,9 @@
 
 The program is a logging wrapper named as NVIDIA's programs are, in front of
 nvct's own; the container proves the hook chain ran (libcuda by soname, the
-dev symlink), the log proves which program ran it.
+dev symlink), the log proves which program ran it. The images here have no ld
+cache, so the chain stays a hook (only ldconfig can make one; otherwise the
+shim does the chain's work itself, nvct.prepare).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def _logging_program(tmp_path, name: str) -> tuple[str, str]:
 @pytest.mark.parametrize("program", ["nvidia-ctk", "nvidia-cdi-hook"])
 def test_the_hooks_run_the_program_nvidia_ctk_path_names(tmp_path, sim_node, rootfs, mode, program):
     need_runtime("runc")
+    os.unlink(os.path.join(rootfs, "etc/ld.so.cache"))
     path, log = _logging_program(tmp_path, program)
     extra = f'[nvidia-ctk]\npath = "{path}"\n'
     if mode == "cdi":  # a spec written by `nvct cdi generate` under this config
@@ -52,6 +55,7 @@ def test_the_hooks_run_the_program_nvidia_ctk_path_names(tmp_path, sim_node, roo
 
 def test_nvct_path_wins_over_nvidia_ctk_path(tmp_path, sim_node, rootfs):
     need_runtime("runc")
+    os.unlink(os.path.join(rootfs, "etc/ld.so.cache"))
     ctk, ctk_log = _logging_program(tmp_path, "nvidia-ctk")
     nvct, nvct_log = _logging_program(tmp_path, "nvct")
     node = dict(sim_node, config=os.path.join(str(tmp_path), "node-config.toml"))

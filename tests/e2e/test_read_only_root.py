@@ -2,14 +2,18 @@
 
 crun makes the root read-only before createContainer hooks run, so the hook
 chain's links and ld cache could not be written (the reference fails the same
-way: containers/crun#1924). Under crun the shim lets the chain's last step make
-the root read-only instead; runc does it after the hooks itself. Either way the
-container must get its GPU and libraries, and a root it cannot write.
+way: containers/crun#1924). The shim writes them before the runtime starts
+(nvct.prepare); where the chain stays a hook (here: an image without an ld
+cache, which only ldconfig can make), under crun the shim lets the chain's last
+step make the root read-only instead; runc does it after the hooks itself.
+Either way the container must get its GPU and libraries, and a root it cannot
+write.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -29,10 +33,17 @@ def _read_only(spec: dict) -> None:
     spec["root"]["readonly"] = True
 
 
+def _without_ld_cache(rootfs: str) -> None:
+    os.unlink(os.path.join(rootfs, "etc/ld.so.cache"))
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["shim-writes", "hook-writes"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
-def test_a_read_only_root_gets_its_gpu_and_stays_read_only(tmp_path, sim_node, rootfs, runtime, mode):
+def test_a_read_only_root_gets_its_gpu_and_stays_read_only(tmp_path, sim_node, rootfs, runtime, mode, cache):
     need_runtime(runtime)
+    if not cache:
+        _without_ld_cache(rootfs)
     result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime,
                      env=["NVIDIA_VISIBLE_DEVICES=0"], command=CHECK, edit=_read_only)
     assert result.rc == 0, result.describe()
@@ -45,19 +56,24 @@ def test_a_read_only_root_gets_its_gpu_and_stays_read_only(tmp_path, sim_node, r
     assert not mounts_under(rootfs)
 
 
-@pytest.mark.parametrize("runtime, root_readonly, last_steps", [
-    ("crun", False, ["--", "readonly-root"]),  # moved into nvct's chain, its very last step
-    ("runc", True, None),  # runc applies root.readonly after the hooks: left to runc
+@pytest.mark.parametrize("runtime, cache, root_readonly, last_steps", [
+    ("crun", True, True, None),  # the shim wrote links and cache: only the params mask is left to a hook
+    ("runc", True, True, None),
+    ("crun", False, False, ["--", "readonly-root"]),  # moved into nvct's chain, its very last step
+    ("runc", False, True, None),  # runc applies root.readonly after the hooks: left to runc
 ])
-def test_what_the_shim_hands_each_runtime_for_a_read_only_root(tmp_path, sim_node, rootfs, runtime,
+def test_what_the_shim_hands_each_runtime_for_a_read_only_root(tmp_path, sim_node, rootfs, runtime, cache,
                                                               root_readonly, last_steps):
     need_runtime(runtime)
+    if not cache:
+        _without_ld_cache(rootfs)
     result = run_gpu(tmp_path, sim_node, rootfs, mode="jit-cdi", runtime=runtime,
                      env=["NVIDIA_VISIBLE_DEVICES=0"], command="true", edit=_read_only)
     assert result.rc == 0, result.describe()
     with edit_config(tmp_path / "bundle") as spec:
         assert spec["root"]["readonly"] is root_readonly
-        [chain] = [h for h in spec["hooks"]["createContainer"] if "chain" in h["args"]]
+        chains = [h for h in spec["hooks"]["createContainer"] if "chain" in h["args"]]
         assert json.dumps(spec["hooks"]).count("readonly-root") == (1 if last_steps else 0)
         if last_steps:
-            assert chain["args"][-2:] == last_steps
+            assert chains[0]["args"][-2:] == last_steps
+        assert len(chains) == (0 if cache else 1)
