@@ -132,7 +132,7 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None) -> Ex
     after = copy.deepcopy(spec)
     try:
         modification = modes.modify(after, result.request, config, driver=driver, bundle=bundle,
-                                    runtime=_runtime(config))
+                                    runtime=_runtime(config), prepare="plan")
         result.after = after
         result.edits = modification.edits
         if result.mode == "legacy":

@@ -55,16 +55,17 @@ def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
 
 def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
            log_format: str | None = None, bundle: str | None = None,
-           runtime: str | None = None, prepare: bool = False) -> Modification:
+           runtime: str | None = None, prepare: str | None = None) -> Modification:
     """Change ``spec`` in place for ``request``; the caller saves it.
 
     ``log_format`` (runc's ``--log-format``) is handed to the legacy hook, so
     both write the log file in one format. With ``bundle``, the jit-cdi hook
     is told the container's root, so it needs to read neither its stdin nor
     config.json. ``runtime``: the low-level runtime's path (see
-    :func:`_read_only_root_last`). ``prepare`` (the shim, not ``nvct
-    explain``): do the hook chain's file steps now, in the container's root
-    (:mod:`nvct.prepare`), where they can be done exactly.
+    :func:`_read_only_root_last`). ``prepare="write"`` (the shim): do the
+    hook chain's file steps now, in the container's root (:mod:`nvct.prepare`),
+    where they can be done exactly; ``"plan"`` (``nvct explain``): change the
+    spec as that would, writing nothing.
     """
     mode, why = resolve_mode(config.mode, request)
     from nvct.log import logger
@@ -77,7 +78,7 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
 
         edits = cdi_modes.edits_for(request, config)
         _check_targets(spec, edits, bundle)
-        if not (prepare and _prepared(spec, edits, bundle, config)):
+        if not (prepare and _prepared(spec, edits, bundle, config, write=prepare == "write")):
             _read_only_root_last(spec, edits, runtime)
         _apply(spec, edits)
         return Modification("cdi", why, edits, request.devices or ())
@@ -91,7 +92,7 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
     check_requirements(request, driver, config)
     edits.env.append(f"{VISIBLE_DEVICES}=void")
     _check_targets(spec, edits, bundle)
-    if not (prepare and _prepared(spec, edits, bundle, config)):
+    if not (prepare and _prepared(spec, edits, bundle, config, write=prepare == "write")):
         _read_only_root_last(spec, edits, runtime)
     _apply(spec, edits)
     return Modification("jit-cdi", why, edits, request.devices or ())
@@ -105,7 +106,7 @@ def _check_targets(spec: dict[str, Any], edits: ContainerEdits, bundle: str | No
         mounttargets.check(spec, ocispec.rootfs(spec, bundle), [m.container_path for m in edits.mounts])
 
 
-def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config) -> bool:
+def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config, *, write: bool) -> bool:
     """nvct's hook chain done now by :mod:`nvct.prepare`, leaving the hook only the params mask."""
     if not bundle:
         return False
@@ -121,7 +122,8 @@ def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, c
     plan.edit(edits)
     if len(edits.mounts) != mounts:
         _check_targets(spec, edits, bundle)  # the bind-mount steps' targets
-    plan.write()
+    if write:
+        plan.write()
     return True
 
 

@@ -11,8 +11,9 @@ the hook's Python start, about 15 ms of every GPU container start.
 Whatever this cannot do exactly leaves the chain to the hook, unchanged: a
 step other than those below, a spec mount (a volume) over a path the chain
 writes, an image whose CUDA compat libcuda is newer than the driver, an ld
-cache only ldconfig can update. ``nvct explain`` shows the chain; the log line
-says which way a start went.
+cache only ldconfig can update. ``nvct explain --bundle`` shows the spec the
+shim would write (planned, nothing written); the debug log says which way a
+start went.
 """
 
 from __future__ import annotations

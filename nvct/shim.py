@@ -88,7 +88,7 @@ def _create(args, config, start: float, runtime: str) -> None:
     result = None
     try:
         result = modes.modify(spec, request, config, log_format=args.log_format, bundle=args.bundle,
-                              runtime=runtime, prepare=True)
+                              runtime=runtime, prepare="write")
     finally:
         # A typo may be why the start fails; in legacy mode the hook logs it (once per start).
         if typos and (result is None or result.mode != "legacy"):

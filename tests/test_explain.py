@@ -53,6 +53,26 @@ def test_explain_changes_the_spec_exactly_as_the_shim_does(node, mode):
     assert spec == before == result.before  # nothing of the caller's is changed
 
 
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_with_a_bundle_explain_shows_the_chain_the_shim_does_itself_and_writes_nothing(node, tmp_path, mode):
+    """The shim writes links and ld cache before the runtime (nvct.prepare); explain shows that spec."""
+    from tests.support.bundle import make_bundle
+    from tests.support.rootfs import make_rootfs
+
+    from nvct import ocispec
+
+    rootfs = make_rootfs(str(tmp_path))
+    request = "nvidia.com/gpu=0" if mode == "cdi" else "0"
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], env=[f"NVIDIA_VISIBLE_DEVICES={request}"])
+    spec = ocispec.load(str(bundle))
+    before = sorted(os.walk(rootfs)), sorted(os.listdir(bundle))
+    result = explain.explain(spec, config_for(node, mode), bundle=str(bundle))
+    assert result.error is None, result.error
+    hooks = result.after["hooks"]["createContainer"]
+    assert [h["path"] for h in hooks] == ["/bin/sh"] and "nvct-mask-params" in hooks[0]["args"]
+    assert (sorted(os.walk(rootfs)), sorted(os.listdir(bundle))) == before
+
+
 def test_jit_cdi_gives_every_edit_its_reason(node):
     result = explain.explain(gpu_spec(), config_for(node, "jit-cdi"))
     assert result.mode == "jit-cdi" and result.why == "configured mode 'jit-cdi'"
