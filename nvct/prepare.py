@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import posixpath
 
-from nvct.edits import ContainerEdits, Hook, Mount
-from nvct.errors import ContainerError
+from nvct.edits import HOOK_ENV, ContainerEdits, Hook, Mount
+from nvct.errors import ContainerError, NvctError
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class Plan:
             path = os.path.join(self.bundle, PARAMS_FILE)
             edits.hooks.insert(self.index, Hook(
                 "createContainer", "/bin/sh", ("sh", "-c", MASK_SCRIPT, "nvct-mask-params", self.rootfs, path),
-                hook.env, reason="the driver's params masked (ModifyDeviceFiles: 0); links and ld cache "
+                hook.env or HOOK_ENV, reason="the driver's params masked (ModifyDeviceFiles: 0); links and ld cache "
                                  "written by the shim"))
         for name, args in self.steps:
             if name == "bind-mount":
@@ -120,7 +120,10 @@ def _steps(chain: list[str]) -> list[tuple[str, Any]] | None:
     for step in _split(chain):
         if step[0] not in _STEPS:
             return None
-        args = _Args(step[0], step[1:])
+        try:
+            args = _Args(step[0], step[1:])
+        except NvctError:
+            return None  # the hook will say what is wrong
         if step[0] == "update-ldcache" and not args.all("library"):
             return None  # another tool's spec: only ldconfig knows the entries
         if step[0] == "bind-mount" and not (args.one("host-path") and args.one("container-path")):

@@ -82,6 +82,13 @@ def test_an_unknown_step_leaves_the_chain_to_the_hook(setup):
     assert _plan(setup) is None
 
 
+def test_a_malformed_step_is_left_to_the_hook_to_report(setup):
+    _, edits, _, _ = setup
+    [hook] = edits.hooks
+    edits.hooks[0] = hook.replace(args=(*hook.args, "--", "create-symlinks", "stray"))
+    assert _plan(setup) is None
+
+
 def test_an_update_ldcache_step_without_library_names_is_left_to_ldconfig(setup):
     _, edits, _, _ = setup
     [hook] = edits.hooks
