@@ -36,9 +36,12 @@ _PARAMS_STEPS = ("disable-device-node-modification", "update-nvidia-params")
 _KERNEL_MOUNTS = ("proc", "sys", "dev")
 #: The masked params, beside config.json: the engine removes the bundle with the container.
 PARAMS_FILE = "nvct-driver-params"
-#: $1: the container's root; $2: the masked params. /proc is the runtime's procfs by now: a
-#: symlink there (the image's) would lead the mount out of the root, so it is refused.
-MASK_SCRIPT = ('dst=$1/proc/driver/nvidia/params\n'
+#: $1: the container's root; $2: the masked params. The runtime's state on stdin is read
+#: first: crun fails the start when a hook exits before it has written it. /proc is the
+#: runtime's procfs by now: a symlink there (the image's) would lead the mount out of the
+#: root, so it is refused.
+MASK_SCRIPT = ('while IFS= read -r line; do :; done\n'
+               'dst=$1/proc/driver/nvidia/params\n'
                'if [ -L "$1/proc" ]; then echo "nvct: $1/proc is a symlink: not masking the driver params" >&2; '
                'exit 1; fi\n'
                '[ -e "$dst" ] || exit 0\n'

@@ -147,9 +147,27 @@ def test_no_driver_params_no_mask_hook(setup, tmp_path):
     assert edits.hooks == []
 
 
-def _mask(root, source) -> subprocess.CompletedProcess:
+STATE = '{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":42,"bundle":"/b"}'
+
+
+def _mask(root, source, state=STATE) -> subprocess.CompletedProcess:
+    """The script as a runtime runs it: the OCI state on stdin."""
     return subprocess.run(["/bin/sh", "-c", prepare.MASK_SCRIPT, "nvct-mask-params", str(root), str(source)],
-                          capture_output=True, text=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+                          input=state, capture_output=True, text=True, timeout=10,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def test_the_mask_script_reads_the_whole_state_before_it_exits(tmp_path):
+    """crun fails a start whose hook exits before it has written the state (seen as exit code -33)."""
+    (tmp_path / "root/proc").mkdir(parents=True)
+    proc = subprocess.Popen(["/bin/sh", "-c", prepare.MASK_SCRIPT, "nvct-mask-params", str(tmp_path / "root"),
+                             str(tmp_path / "masked")], stdin=subprocess.PIPE)
+    import time
+
+    time.sleep(0.2)  # the script has had all the time it needs to exit early
+    proc.stdin.write(STATE.encode() * 1000)  # more than any pipe buffer: only a reader takes it
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0
 
 
 def test_the_mask_script_mounts_the_masked_params_read_only(tmp_path):
