@@ -176,6 +176,7 @@ def _checked(spec: dict[str, Any], edits: ContainerEdits, rootfs: str,
                   if isinstance(m, dict) and isinstance(m.get("destination"), str)
                   and posixpath.normpath("/" + m["destination"]).split("/")[1] not in _KERNEL_MOUNTS]
         covers += [posixpath.normpath(m.container_path) for m in edits.mounts]
+        covers += [posixpath.normpath(args.one("container-path")) for name, args in steps if name == "bind-mount"]
         folders: dict[str, str] = {}
         for path in written:  # its folder resolved: a link there is replaced, never followed
             folder, name = posixpath.split(posixpath.normpath("/" + path))

@@ -140,6 +140,18 @@ def test_a_bind_mount_step_becomes_the_last_mount(setup, sim_node):
                                      reason=edits.mounts[-1].reason)
 
 
+def test_a_bind_mount_steps_target_counts_as_a_volume(setup, sim_node):
+    """cdi mode's MPS dir comes last: links an image symlink leads under it would be hidden."""
+    _, edits, rootfs, _ = setup
+    libdir = os.path.join(rootfs, LIBDIR.lstrip("/"))
+    os.rename(libdir, os.path.join(rootfs, "tmp/libs"))
+    os.symlink("/tmp/libs", libdir)
+    [hook] = edits.hooks
+    edits.hooks[0] = hook.replace(args=(*hook.args, "--", "bind-mount", "--host-path", "/srv/mps",
+                                        "--container-path", "/tmp"))
+    assert _plan(setup) is None
+
+
 def test_no_driver_params_no_mask_hook(setup, tmp_path):
     config, edits, rootfs, bundle = setup
     plan = prepare.plan({"mounts": []}, edits, rootfs, bundle, str(tmp_path / "no-proc"))
