@@ -421,7 +421,20 @@ class _SortKey:
 
 def libcmp(a: bytes, b: bytes) -> int:
     """glibc's ``_dl_cache_libcmp``: runs of digits compare as numbers (C ``int``, wrapping)."""
-    i = j = 0
+    if a == b:
+        return 0
+    # Skip the common prefix (found by slice comparisons, in C), back to the start of a digit run
+    # it ends in: the walk below is then at the same place in both, as glibc's would be.
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    while low and 48 <= a[low - 1] <= 57:
+        low -= 1
+    i = j = low
     while i < len(a):
         ca = a[i]
         cb = b[j] if j < len(b) else 0

@@ -42,6 +42,10 @@ import stat
 
 from nvct.errors import ContainerError
 
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Sequence
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 # openat2(2): same number on every architecture that has it (added in 5.6).
@@ -601,30 +605,47 @@ class Rootfs:
         error, or with ``replace=True`` is atomically replaced (renameat never
         follows the old entry; a directory is never replaced).
         """
-        rel = _normalize(linkpath)
+        self.symlinks([(target, linkpath)], replace=replace)
+
+    def symlinks(self, links: Sequence[tuple[str, str]], *, replace: bool = False) -> None:
+        """:meth:`symlink` for each ``(target, linkpath)``, in order; each folder resolved once.
+
+        The links of one folder are all made through the one fd that folder
+        resolved to, with the same checks as a single link.
+        """
+        parents: dict[str, int] = {}
         try:
-            parent, name = self._parent(rel, create=True)
-            try:
-                self._checked(parent, rel)
+            for target, linkpath in links:
+                rel = _normalize(linkpath)
+                folder, name = posixpath.split(rel)
                 try:
-                    os.symlink(target, name, dir_fd=parent)
-                    return
-                except FileExistsError:
-                    pass
-                try:
-                    current: str | None = os.readlink(name, dir_fd=parent)
-                except OSError:
-                    current = None
-                if current == target:
-                    return
-                if not replace:
-                    what = f"a symlink to {current}" if current is not None else "not a symlink"
-                    raise ContainerError(f"{self._show(rel)}: already exists ({what})")
-                self._replace(parent, name, lambda tmp: os.symlink(target, tmp, dir_fd=parent))
-            finally:
-                os.close(parent)
-        except OSError as e:
-            raise self._fail(rel, e) from None
+                    if folder not in parents:
+                        parents[folder] = self._parent(rel, create=True)[0]
+                    parent = parents[folder]
+                    self._checked(parent, rel)
+                    self._link(parent, name, target, rel, replace)
+                except OSError as e:
+                    raise self._fail(rel, e) from None
+        finally:
+            for fd in parents.values():
+                os.close(fd)
+
+    def _link(self, parent: int, name: str, target: str, rel: str, replace: bool) -> None:
+        try:
+            os.symlink(target, name, dir_fd=parent)
+            return
+        except FileExistsError:
+            pass
+        try:
+            current: str | None = os.readlink(name, dir_fd=parent)
+        except OSError:
+            current = None
+        if current == target:
+            return
+        if not replace:
+            what = f"a symlink to {current}" if current is not None else "not a symlink"
+            raise ContainerError(f"{self._show(rel)}: already exists ({what})")
+        self._replace(parent, name, lambda tmp: os.symlink(target, tmp, dir_fd=parent))
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644, *,
                    replace: bool = False) -> None:

@@ -413,6 +413,39 @@ def test_libcmp_compares_digit_runs_as_numbers(a, b, sign):
     assert (result > 0) - (result < 0) == sign
 
 
+def _glibc_libcmp(a: bytes, b: bytes) -> int:
+    """``_dl_cache_libcmp`` as glibc writes it, character by character (the reference for the fast one)."""
+    i = j = 0
+    while i < len(a):
+        ca, cb = a[i], (b[j] if j < len(b) else 0)
+        if 48 <= ca <= 57:
+            if not 48 <= cb <= 57:
+                return 1
+            va, i = ldcache._number(a, i)
+            vb, j = ldcache._number(b, j)
+            if va != vb:
+                return ldcache._int32(va - vb)
+        elif 48 <= cb <= 57:
+            return -1
+        elif ca != cb:
+            return ca - cb
+        else:
+            i, j = i + 1, j + 1
+    return -(b[j] if j < len(b) else 0)
+
+
+@given(st.binary(max_size=14).map(lambda b: bytes(b"lib.so0123456789x"[c % 17] for c in b)),
+       st.binary(max_size=6).map(lambda b: bytes(b"lib.so0123456789x"[c % 17] for c in b)),
+       st.integers(min_value=0, max_value=14), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_libcmp_orders_as_glibcs_character_walk(a, tail, cut, swap):
+    b = a[:cut] + tail  # mostly a shared prefix, as library names have
+    if swap:
+        a, b = b, a
+    fast, walk = ldcache.libcmp(a, b), _glibc_libcmp(a, b)
+    assert (fast > 0) - (fast < 0) == (walk > 0) - (walk < 0)
+
+
 @needs_host_cache
 def test_libcmp_agrees_with_the_order_the_host_ldconfig_wrote():
     keys = [e.key.encode() for e in ldcache.load(HOST_CACHE)]

@@ -186,6 +186,20 @@ def test_symlink_replace(root, root_dir):
     assert os.readlink(root_dir / "f") == "t"
 
 
+def test_symlinks_makes_every_link_of_every_folder(root, root_dir):
+    (root_dir / "lib").symlink_to("usr/lib")  # one folder reached through an image link
+    (root_dir / "usr/lib").mkdir(parents=True)
+    (root_dir / "usr/lib/libx.so.1").symlink_to("stale")
+    root.symlinks([("libx.so.1.0", "/lib/libx.so.1"), ("libx.so.1", "/lib/libx.so"),
+                   ("../libx.so.1", "/usr/lib/gbm/x.so"), ("libx.so.1", "/lib/libx.so")], replace=True)
+    assert os.readlink(root_dir / "usr/lib/libx.so.1") == "libx.so.1.0"
+    assert os.readlink(root_dir / "usr/lib/libx.so") == "libx.so.1"
+    assert os.readlink(root_dir / "usr/lib/gbm/x.so") == "../libx.so.1"
+    with pytest.raises(ContainerError, match="already exists"):
+        root.symlinks([("a", "/usr/lib/new"), ("b", "/usr/lib/libx.so")])
+    assert os.readlink(root_dir / "usr/lib/new") == "a"  # in order, up to the one refused
+
+
 def test_chmod_and_chown(root, root_dir):
     (root_dir / "f").write_text("x")
     (root_dir / "l").symlink_to("/f")

@@ -84,12 +84,14 @@ def create_symlinks(args: _Args, ctx: HookContext) -> None:
     links = args.all("link")
     if not links:
         return
+    pairs = []
+    for spec in links:
+        target, sep, link = spec.partition("::")
+        if not sep or not target or not link.startswith("/"):
+            raise NvctError(f"create-symlinks: invalid --link {spec!r} (expected target::/abs/link)")
+        pairs.append((target, link))
     with Rootfs(ctx.rootfs) as root:
-        for spec in links:
-            target, sep, link = spec.partition("::")
-            if not sep or not target or not link.startswith("/"):
-                raise NvctError(f"create-symlinks: invalid --link {spec!r} (expected target::/abs/link)")
-            root.symlink(target, link, replace=True)
+        root.symlinks(pairs, replace=True)
 
 
 def enable_cuda_compat(args: _Args, ctx: HookContext) -> None:
