@@ -77,10 +77,7 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         from nvct.cdi import modes as cdi_modes
 
         edits = cdi_modes.edits_for(request, config)
-        _check_targets(spec, edits, bundle)
-        if not (prepare and _prepared(spec, edits, bundle, config, write=prepare == "write")):
-            _read_only_root_last(spec, edits, runtime)
-        _apply(spec, edits)
+        _into_spec(spec, edits, bundle, config, runtime, prepare)
         return Modification("cdi", why, edits, request.devices or ())
     from nvct import injection
     from nvct.driver import Driver
@@ -91,11 +88,18 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         edits.hooks = [_with_container_root(h, ocispec.rootfs(spec, bundle)) for h in edits.hooks]
     check_requirements(request, driver, config)
     edits.env.append(f"{VISIBLE_DEVICES}=void")
+    _into_spec(spec, edits, bundle, config, runtime, prepare)
+    return Modification("jit-cdi", why, edits, request.devices or ())
+
+
+def _into_spec(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config,
+               runtime: str | None, prepare: str | None) -> None:
+    """jit-cdi's and cdi mode's edits into the spec: mount targets checked, nvct's hook chain done
+    now where it can be (:func:`_prepared`), else a read-only root left to the chain's end."""
     _check_targets(spec, edits, bundle)
     if not (prepare and _prepared(spec, edits, bundle, config, write=prepare == "write")):
         _read_only_root_last(spec, edits, runtime)
     _apply(spec, edits)
-    return Modification("jit-cdi", why, edits, request.devices or ())
 
 
 def _check_targets(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None) -> None:

@@ -113,3 +113,28 @@ def test_cdi_modes_leave_proc_to_the_kernel_as_the_reference(tmp_path, mig_node,
     assert set(_gpu_files(mig_node, *range(len(mig_node["gpus"])))) <= set(lines)
     assert {"./capabilities/mig/config", *_mig_caps(mig_node, 0, 0), *_mig_caps(mig_node, 2, 1)} <= set(lines)
     assert "ModifyDeviceFiles: 0" in lines
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_an_image_proc_symlink_to_the_host_gets_no_params_mask(tmp_path, sim_node, rootfs, mode, runtime):
+    """The image's /proc is a link to a host directory holding a params file: the sh mask hook must
+    not mount through it (the kernel would follow the link from the host's root; the mount would
+    land in the container's namespace only, but the start is refused). Host untouched."""
+    from tests.security.conftest import snapshot
+
+    need_runtime(runtime)
+    host = tmp_path / "host"
+    (host / "driver/nvidia").mkdir(parents=True)
+    (host / "driver/nvidia/params").write_text("ModifyDeviceFiles: 1\n")
+    before = snapshot(host)
+    os.rmdir(os.path.join(rootfs, "proc"))
+    os.symlink(str(host), os.path.join(rootfs, "proc"))
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     command="cat /proc/driver/nvidia/params", wrapper=_private_proc(sim_node), edit=_host_proc)
+    assert snapshot(host) == before
+    assert not result.ok, result.describe()
+    if runtime == "runc":  # runc mounts its procfs through the link, inside the root; the mask hook refuses
+        assert "proc is a symlink: not masking the driver params" in result.stderr, result.describe()
+    else:  # crun refuses the link itself
+        assert "proc" in result.stderr, result.describe()
