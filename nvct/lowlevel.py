@@ -31,7 +31,9 @@ def find(names: list[str]) -> str:
 #: stamp is an empty root-only file whose mtime is the config file's when it was read ("-": there
 #: was no config file; "!": not to be trusted, see :func:`remember`). The shell front uses a line
 #: only while the config's mtime equals the stamp's (two ``test -nt``, no fork), so an edited
-#: config never runs a runtime it no longer names: the next call goes through Python.
+#: config never runs a runtime it no longer names: the next call goes through Python. In legacy
+#: mode the line goes on with "<TAB>program<TAB>hook": the prestart hook that program's front
+#: appends to a GPU container's config.json itself (:func:`nvct.modes.legacy_record`).
 CACHE_DIR = "/run/nvct"
 CACHE = CACHE_DIR + "/runtimes"
 STAMPS = CACHE_DIR + "/stamps"
@@ -52,10 +54,11 @@ def stamp(config_path: str) -> int | None | bool:
         return False
 
 
-def remember(config_path: str, runtime: str, seen: int | None | bool) -> None:
+def remember(config_path: str, runtime: str, seen: int | None | bool,
+             legacy: tuple[str, str] | None = None) -> None:
     """Record ``runtime`` for ``config_path`` read at mtime ``seen`` (root only; nothing else may
-    write there). A directory that is not root's or that others may write is not used, and a
-    cache found in one is removed."""
+    write there), and ``legacy``'s (program, hook) when there is one. A directory that is not
+    root's or that others may write is not used, and a cache found in one is removed."""
     if os.geteuid() != 0 or "\t" in config_path or "\n" in config_path:
         return
     try:
@@ -65,19 +68,20 @@ def remember(config_path: str, runtime: str, seen: int | None | bool) -> None:
             return
         entries = _entries()
         mark = _mark(config_path, seen)
-        if entries.get(config_path) == (runtime, mark) and _stamp_holds(mark, seen):
+        entry = (runtime, mark, *(legacy or ("", "")))
+        if entries.get(config_path) == entry and _stamp_holds(mark, seen):
             return
         if len(entries) >= _CACHE_MAX:  # many config files are a test machine's; keep it small
             entries.clear()
-        entries[config_path] = (runtime, mark)
+        entries[config_path] = entry
         if mark.startswith("/"):
             _write_stamp(mark, seen)  # type: ignore[arg-type]
         tmp = f"{CACHE}.{os.getpid()}.tmp"
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w",
                   encoding="utf-8") as f:
-            f.writelines(f"{k}\t{r}\t{m}\n" for k, (r, m) in sorted(entries.items()))
+            f.writelines("\t".join((k, *(e if e[2] else e[:2]))) + "\n" for k, e in sorted(entries.items()))
         os.replace(tmp, CACHE)
-        _prune_stamps({m for _, m in entries.values()})
+        _prune_stamps({e[1] for e in entries.values()})
     except OSError:
         pass
 
@@ -91,14 +95,14 @@ def last_known(config_path: str) -> str | None:
     return runtime if runtime and os.access(runtime, os.X_OK) else None
 
 
-def _entries() -> dict[str, tuple[str, str]]:
-    entries: dict[str, tuple[str, str]] = {}
+def _entries() -> dict[str, tuple[str, str, str, str]]:
+    entries: dict[str, tuple[str, str, str, str]] = {}
     try:
         with open(CACHE, encoding="utf-8") as f:
             for line in f:
-                key, runtime, mark = (line.rstrip("\n").split("\t") + ["", ""])[:3]
+                key, runtime, mark, program, hook = (line.rstrip("\n").split("\t", 4) + [""] * 4)[:5]
                 if runtime:
-                    entries[key] = (runtime, mark or _UNTRUSTED)
+                    entries[key] = (runtime, mark or _UNTRUSTED, program, hook)
     except (OSError, UnicodeDecodeError):
         pass
     return entries

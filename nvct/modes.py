@@ -178,29 +178,62 @@ def _legacy(spec: dict[str, Any], config, why: str, request: Request,
     devices = request.devices or ()  # what the hook will inject: for the log line
     if ocispec.has_nvidia_hook(spec):
         return Modification("legacy", why + "; an NVIDIA prestart hook is already present", devices=devices)
-    env = [f"{GPU_REQUEST_ENV}=1"]
-    if config.path:
-        env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
-    if log_format:
-        env.append(f"{LOG_FORMAT_ENV}={log_format}")
-    hook = Hook("prestart", legacy_hook_path(config), (HOOK_NAME, "prestart"), hook_env(*env),
-                reason="legacy mode: the hook injects the GPU inside the container")
+    hook = legacy_hook(config, log_format)
     ocispec.add_hook(spec, hook)
     return Modification("legacy", why, ContainerEdits(hooks=[hook]), devices)
 
 
+def legacy_hook(config, log_format: str | None = None) -> Hook:
+    """The prestart hook legacy mode appends; the shim's sh front appends the same (:func:`legacy_record`)."""
+    env = [f"{GPU_REQUEST_ENV}=1"]
+    if config.path:
+        env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
+    if log_format:
+        env.append(f"{LOG_FORMAT_ENV}={log_format}")  # last: the sh front adds it the same way
+    return Hook("prestart", legacy_hook_path(config), (HOOK_NAME, "prestart"), hook_env(*env),
+                reason="legacy mode: the hook injects the GPU inside the container")
+
+
+def legacy_record(config, program: str) -> str | None:
+    """:func:`legacy_hook` as the sh front of ``program`` pastes it into config.json, or ``None``.
+
+    The JSON of the hook without ``--log-format``'s env entry and the ``]}``
+    that close its env and the hook: the front adds both (nvct.lowlevel
+    records it beside the runtime). ``None`` where a GPU create must go
+    through Python: another mode, a log file that gets a line per start, a
+    hook found on a PATH the next caller may not share, text the front
+    cannot paste as it is.
+    """
+    if config.mode != "legacy" or config.get("nvidia-container-runtime.debug") not in (None, "", "/dev/null"):
+        return None
+    path, on_path = _legacy_hook_path(config)
+    if on_path or not os.path.isabs(program) or any(c in path for c in '"\\'):
+        return None
+    from nvct import jsoncodec
+
+    text = jsoncodec.dumps(ocispec.hook_entry(legacy_hook(config)), compact=True)
+    if not text.startswith('{"path":"') or not text.endswith('"]}') or "\t" in text or "\n" in text:
+        return None
+    return text[:-2]
+
+
 def legacy_hook_path(config) -> str:
     """``nvidia-container-runtime-hook.path`` as an absolute path (beside us, else PATH)."""
+    return _legacy_hook_path(config)[0]
+
+
+def _legacy_hook_path(config) -> tuple[str, bool]:
+    """:func:`legacy_hook_path`, and whether it depends on PATH."""
     configured = config.get("nvidia-container-runtime-hook.path") or HOOK_NAME
     if os.path.isabs(configured):
-        return configured
+        return configured, False
     beside = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or "")), configured)
     if os.path.isfile(beside) and os.access(beside, os.X_OK):
-        return beside
+        return beside, False
     found = which(configured)
     if found:
-        return os.path.abspath(found)
-    return os.path.join("/usr/bin", configured)
+        return os.path.abspath(found), True
+    return os.path.join("/usr/bin", configured), True
 
 
 def check_requirements(request: Request, driver, config) -> None:

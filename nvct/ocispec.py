@@ -184,13 +184,20 @@ def merge_env(env: list[str], extra: list[str]) -> list[str]:
 
 
 def add_hook(spec: dict[str, Any], hook: Hook, *, first: bool = False) -> None:
-    entry = hook.to_cdi()  # CDI's hook is OCI's plus the stage name
-    del entry["hookName"]
-    stage = spec.setdefault("hooks", {}).setdefault(hook.hook_name, [])
+    entry = hook_entry(hook)
+    hooks = spec["hooks"] = spec.get("hooks") or {}  # null is JSON's "none" too
+    stage = hooks[hook.hook_name] = hooks.get(hook.hook_name) or []
     if first:
         stage.insert(0, entry)
     else:
         stage.append(entry)
+
+
+def hook_entry(hook: Hook) -> dict[str, Any]:
+    """``hook`` as an entry of the spec's ``hooks.<stage>`` list."""
+    entry = hook.to_cdi()  # CDI's hook is OCI's plus the stage name
+    del entry["hookName"]
+    return entry
 
 
 def has_nvidia_hook(spec: dict[str, Any]) -> bool:

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
         else:
             _force_mode_by_name(config)
             runtime = lowlevel.find(config.runtimes)
-            lowlevel.remember(path, runtime, seen)
+            lowlevel.remember(path, runtime, seen, _legacy_record(config))
             if args.subcommand in ("create", "run"):
                 _create(args, config, start, runtime)
     except NvctError as e:
@@ -62,6 +62,17 @@ def _force_mode_by_name(config) -> None:
     base, dot, suffix = name.rpartition(".")
     if dot and base == "nvidia-container-runtime" and suffix in _MODE_SUFFIXES:
         config.data["nvidia-container-runtime"]["mode"] = _MODE_SUFFIXES[suffix]
+
+
+def _legacy_record(config) -> tuple[str, str] | None:
+    """In legacy mode, the hook this program's sh front may append itself (see nvct.lowlevel)."""
+    program = sys.argv[0] if sys.argv else ""
+    if config.mode != "legacy" or "\t" in program or "\n" in program:
+        return None
+    from nvct.modes import legacy_record
+
+    hook = legacy_record(config, program)
+    return (program, hook) if hook else None
 
 
 def _version_asked(argv: list[str]) -> bool:

@@ -6,11 +6,13 @@ finds ``nvidia-container-runtime-hook`` on its PATH at start, as ``--gpus`` need
 
 from __future__ import annotations
 
+import os
 
 import pytest
 
 from tests.e2e.conftest import SHIM, VENV_BIN, expected_nodes, node_config
 from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries, need_root
+from tests.support.legacy_front import Front, legacy_config, prime
 
 pytestmark = pytest.mark.containers
 
@@ -25,10 +27,26 @@ def gpu_dockerd(tmp_path_factory, sim_node, busybox_image_tar):
     from tests.support.docker import Dockerd
 
     config = node_config(tmp_path_factory.mktemp("docker-config"), sim_node, mode="jit-cdi")
-    with Dockerd(runtimes={"nvidia": SHIM}, extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": config},
-                 path_prefix=(VENV_BIN,)) as dockerd:
+    legacy = _legacy_front(tmp_path_factory.mktemp("docker-legacy"), sim_node)
+    with Dockerd(runtimes={"nvidia": SHIM, "nvidia-legacy": legacy.entry},
+                 extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": config}, path_prefix=(VENV_BIN,)) as dockerd:
         dockerd.load(busybox_image_tar)
+        dockerd.legacy = legacy
         yield dockerd
+
+
+def _legacy_front(directory, sim_node):
+    """A legacy-mode shim (a copy of the front with a witness of Python starts, see
+    tests.support.legacy_front) under a recorded config of its own, which ``entry`` sets."""
+    front = Front(directory / "bin")
+    with open(sim_node["config"]) as f:
+        config = legacy_config(directory / "config.toml", "/usr/sbin/runc", base=f.read())
+    prime(front, config)
+    front.entry = str(directory / "nvidia-legacy")
+    with open(front.entry, "w") as f:
+        f.write(f"#!/bin/sh\nexport NVIDIA_CTK_CONFIG_FILE_PATH={config}\nexec {front.shim} \"$@\"\n")
+    os.chmod(front.entry, 0o755)
+    return front
 
 
 def _nodes(stdout: str) -> set[str]:
@@ -47,6 +65,17 @@ def test_runtime_nvidia_with_visible_devices(gpu_dockerd, sim_node):
     assert "ok libcuda.so.1" in result.stdout
     assert _smi(result.stdout) == [f"GPU {n}: NVIDIA H100 80GB HBM3 (UUID: {sim_node['gpus'][i]['uuid']})"
                                    for n, i in enumerate((1, 3))]
+
+
+def test_legacy_mode_without_a_python_start_in_the_shim(gpu_dockerd, sim_node):
+    """docker's spec (one line, its libnetwork-setkey prestart hook) under a recorded legacy config:
+    the sh front appends the hook; Python starts only in the hook."""
+    result = gpu_dockerd.run(["--rm", "--runtime=nvidia-legacy", "-e", "NVIDIA_VISIBLE_DEVICES=1,3",
+                              BUSYBOX_IMAGE, "sh", "-c", LIST_AND_PROBE])
+    assert result.rc == 0, result.describe()
+    assert _nodes(result.stdout) == expected_nodes(sim_node, [1, 3])
+    assert len(_smi(result.stdout)) == 2 and "ok libcuda.so.1" in result.stdout
+    assert gpu_dockerd.legacy.starts() == {"shim": 1, "hook": 1}  # the shim's one: recording the config
 
 
 def test_runtime_nvidia_without_gpu_request_passes_through(gpu_dockerd):

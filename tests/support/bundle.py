@@ -148,8 +148,9 @@ def read_config(bundle_dir: str | os.PathLike) -> dict:
 
 
 def write_config(bundle_dir: str | os.PathLike, spec: Mapping) -> None:
+    """One line, as docker, containerd, podman and cri-o write it (Go's encoding/json)."""
     with open(config_path(bundle_dir), "w") as f:
-        json.dump(spec, f, indent=2)
+        json.dump(spec, f, separators=(",", ":"))
         f.write("\n")
 
 

@@ -1,0 +1,65 @@
+"""Legacy mode with the hook appended by the shim's sh front (no Python start), under runc and crun.
+
+The spec is docker's shape (one line, a prestart hook of its own already there, ``--log-format
+json``) and the config is old enough to be recorded, as on a node: the shim's Python runs once
+to record it, then never on a create, and the hook it would have inserted does the work.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.e2e.conftest import PATH_ENV, expected_nodes
+from tests.support.bundle import make_bundle
+from tests.support.gpu_runs import need_runtime
+from tests.support.legacy_front import Front, legacy_config, prime
+from tests.support.runtimes import RUNTIMES, run_container
+
+pytestmark = pytest.mark.containers
+
+COMMAND = "find /dev -type c -name 'nvidia*' | sort; dlopen-probe libcuda.so.1 && nvidia-smi -L"
+
+
+def _run(tmp_path, sim_node, rootfs, runtime, visible):
+    need_runtime(runtime)
+    front = Front(tmp_path / "bin")
+    with open(sim_node["config"]) as f:
+        config = legacy_config(tmp_path / "config.toml", RUNTIMES[runtime][0], base=f.read())
+    prime(front, config)
+    marker = tmp_path / "engine-hook-ran"
+    engine_hook = {"path": "/bin/sh", "args": ["sh", "-c", f"cat >/dev/null; touch {marker}"], "env": ["PATH=/bin"]}
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", COMMAND],
+                         env=[PATH_ENV, f"NVIDIA_VISIBLE_DEVICES={visible}"], hooks={"prestart": [engine_hook]})
+    result = run_container([front.shim], bundle, log_file=str(tmp_path / "runc.log"),
+                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": config})
+    assert marker.exists(), result.describe()  # the engine's own hook still runs
+    return result, front.starts()
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_the_gpus_arrive_through_the_hook_the_front_appended(tmp_path, sim_node, rootfs, runtime):
+    result, starts = _run(tmp_path, sim_node, rootfs, runtime, "1,3")
+    assert result.ok, result.describe()
+    assert starts == {"shim": 1, "hook": 1}  # the shim's one start recorded the config
+    lines = result.stdout.splitlines()
+    assert {line for line in lines if line.startswith("/dev/")} == expected_nodes(sim_node, [1, 3])
+    assert any(line.startswith("ok libcuda.so.1 ") for line in lines), result.stdout
+    assert [line for line in lines if line.startswith("GPU ")] == [
+        f"GPU {n}: NVIDIA H100 80GB HBM3 (UUID: {sim_node['gpus'][i]['uuid']})" for n, i in enumerate((1, 3))]
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_a_void_request_gets_a_hook_that_does_nothing(tmp_path, sim_node, rootfs, runtime):
+    result, starts = _run(tmp_path, sim_node, rootfs, runtime, "void")
+    assert result.rc == 1 and "nvidia" not in result.stdout, result.describe()  # dlopen-probe fails
+    assert "libcuda.so.1" in result.stdout + result.stderr
+    assert starts == {"shim": 1, "hook": 1}
+
+
+def test_the_hooks_refusal_is_runcs_error_line(tmp_path, sim_node, rootfs):
+    result, starts = _run(tmp_path, sim_node, rootfs, "runc", "99")
+    assert not result.ok and starts == {"shim": 1, "hook": 1}
+    [line] = [line for line in result.stderr.splitlines() if "nvidia-container-runtime-hook:" in line]
+    assert "99" in line.split("nvidia-container-runtime-hook:")[1] and "Traceback" not in result.stderr

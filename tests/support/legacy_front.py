@@ -1,0 +1,70 @@
+"""The shim's sh front in a directory of its own, with a witness of every Python start.
+
+The front runs ``python3`` from its own directory when there is one (as in a
+virtualenv); here that is a script that appends its argv to ``python.log``
+and execs the test's interpreter. The hook's front beside it is the hook
+legacy mode inserts, and it starts Python the same way, so the log tells the
+shim's starts (``-I -c ...``) from the hook's (``-I <dir>/nvidia-container-runtime-hook``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+VENV_BIN = os.path.dirname(sys.executable)
+HOOK = "nvidia-container-runtime-hook"
+
+
+class Front:
+    """``Front(dir)``: ``dir/nvidia-container-runtime`` and the hook beside it, with the witness."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.dir = os.fspath(directory)
+        os.makedirs(self.dir, exist_ok=True)
+        self.shim = os.path.join(self.dir, "nvidia-container-runtime")
+        self.hook = os.path.join(self.dir, HOOK)
+        self.log = os.path.join(self.dir, "python.log")
+        for name in ("nvidia-container-runtime", HOOK):
+            shutil.copy(os.path.join(VENV_BIN, name), os.path.join(self.dir, name))
+        python = os.path.join(self.dir, "python3")
+        with open(python, "w") as f:
+            f.write(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {self.log}\nexec {sys.executable} "$@"\n')
+        os.chmod(python, 0o755)
+        open(self.log, "w").close()
+
+    def starts(self) -> dict[str, int]:
+        """Python starts so far: ``{"shim": n, "hook": m}``."""
+        with open(self.log) as f:
+            lines = f.read().splitlines()
+        return {"shim": sum(line.startswith("-I -c") for line in lines),
+                "hook": sum(line.startswith(f"-I {self.hook}") for line in lines)}
+
+
+def legacy_config(path: str | os.PathLike, runtime: str, *, base: str = "", extra: str = "",
+                  mode: str = "legacy") -> str:
+    """A config at ``path`` (``base``: a node's config text; ``extra``: more keys of
+    ``[nvidia-container-runtime]``), old enough to be cached."""
+    path = os.fspath(path)
+    with open(path, "w") as f:
+        f.write(f'{base}\n[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{runtime}"]\n{extra}')
+    age(path)
+    return path
+
+
+def age(path: str, seconds: float = 60) -> None:
+    """An mtime in the past: the shim records a config only once it is older than 2 s."""
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def prime(front: Front, config: str) -> None:
+    """Have the shim's Python record ``config`` (a ``state`` call; the runtime's answer is ignored)."""
+    subprocess.run([front.shim, "state", "nvct-prime"], env=_env(config), capture_output=True, timeout=60)
+
+
+def _env(config: str) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": config}
