@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 HOOK_NAME = "nvidia-container-runtime-hook"
 #: Set in the legacy hook's env: the log format the runtime was asked for.
 LOG_FORMAT_ENV = "NVCT_LOG_FORMAT"
-#: Set in the legacy hook's env: the shim saw a GPU request, so the hook's sh front need not look.
+#: Set in the legacy hook's env: the shim inserted it for a spec that names a request (the shim's
+#: sh front does so without parsing the request), so the hook's sh front need not look.
 GPU_REQUEST_ENV = "NVCT_GPU_REQUEST"
 
 

@@ -52,3 +52,18 @@ def test_a_cache_in_a_directory_others_may_write_is_removed_not_used(tmp_path, m
     lowlevel.remember("/etc/config.toml", "/usr/sbin/runc", None)
     assert not cache.exists()
     assert lowlevel.last_known("/etc/config.toml") is None
+
+
+def test_legacy_mode_records_the_program_and_its_hook_beside_the_runtime(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the runtime cache is root-only)")
+    lowlevel, cache = _cache_in(tmp_path, monkeypatch, 0o700)
+    hook = '{"path":"/usr/bin/nvidia-container-runtime-hook","env":["PATH=/bin"'
+    lowlevel.remember("/etc/a.toml", "/usr/sbin/runc", None, ("/usr/bin/nvidia-container-runtime", hook))
+    lowlevel.remember("/etc/b.toml", "/usr/bin/crun", None)
+    assert cache.read_text().splitlines() == [
+        f"/etc/a.toml\t/usr/sbin/runc\t-\t/usr/bin/nvidia-container-runtime\t{hook}",
+        "/etc/b.toml\t/usr/bin/crun\t-"]  # a line of three fields as before: no hook to insert
+    assert lowlevel.last_known("/etc/a.toml") == "/usr/sbin/runc"
+    lowlevel.remember("/etc/a.toml", "/usr/sbin/runc", None)  # the mode changed: the hook goes
+    assert cache.read_text().splitlines()[0] == "/etc/a.toml\t/usr/sbin/runc\t-"

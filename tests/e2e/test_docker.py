@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.conftest import SHIM, VENV_BIN, expected_nodes, node_config
 from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries, need_root
-from tests.support.legacy_front import Front, legacy_config, prime
+from tests.support.legacy_front import gpu_front
 
 pytestmark = pytest.mark.containers
 
@@ -38,10 +38,7 @@ def gpu_dockerd(tmp_path_factory, sim_node, busybox_image_tar):
 def _legacy_front(directory, sim_node):
     """A legacy-mode shim (a copy of the front with a witness of Python starts, see
     tests.support.legacy_front) under a recorded config of its own, which ``entry`` sets."""
-    front = Front(directory / "bin")
-    with open(sim_node["config"]) as f:
-        config = legacy_config(directory / "config.toml", "/usr/sbin/runc", base=f.read())
-    prime(front, config)
+    front, config = gpu_front(directory, sim_node["config"], "/usr/sbin/runc")
     front.entry = str(directory / "nvidia-legacy")
     with open(front.entry, "w") as f:
         f.write(f"#!/bin/sh\nexport NVIDIA_CTK_CONFIG_FILE_PATH={config}\nexec {front.shim} \"$@\"\n")

@@ -7,15 +7,13 @@ to record it, then never on a create, and the hook it would have inserted does t
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.e2e.conftest import PATH_ENV, expected_nodes
 from tests.support.bundle import make_bundle
 from tests.support.gpu_runs import need_runtime
-from tests.support.legacy_front import Front, legacy_config, prime
-from tests.support.runtimes import RUNTIMES, run_container
+from tests.support.legacy_front import gpu_front, run
+from tests.support.runtimes import RUNTIMES
 
 pytestmark = pytest.mark.containers
 
@@ -24,16 +22,12 @@ COMMAND = "find /dev -type c -name 'nvidia*' | sort; dlopen-probe libcuda.so.1 &
 
 def _run(tmp_path, sim_node, rootfs, runtime, visible):
     need_runtime(runtime)
-    front = Front(tmp_path / "bin")
-    with open(sim_node["config"]) as f:
-        config = legacy_config(tmp_path / "config.toml", RUNTIMES[runtime][0], base=f.read())
-    prime(front, config)
+    front, config = gpu_front(tmp_path, sim_node["config"], RUNTIMES[runtime][0])
     marker = tmp_path / "engine-hook-ran"
     engine_hook = {"path": "/bin/sh", "args": ["sh", "-c", f"cat >/dev/null; touch {marker}"], "env": ["PATH=/bin"]}
     bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", COMMAND],
                          env=[PATH_ENV, f"NVIDIA_VISIBLE_DEVICES={visible}"], hooks={"prestart": [engine_hook]})
-    result = run_container([front.shim], bundle, log_file=str(tmp_path / "runc.log"),
-                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": config})
+    result = run(front, config, bundle, log_file=str(tmp_path / "runc.log"))
     assert marker.exists(), result.describe()  # the engine's own hook still runs
     return result, front.starts()
 

@@ -12,7 +12,8 @@ any marker there was written by a process with the host in view: a hook.
 
 The earlier classes (image directories nvct writes into, symlinked to a host
 directory) run the same way. Every case runs through nvct's shim under runc and crun
-in legacy, jit-cdi and cdi mode (a spec from ``nvct cdi generate``), and under podman with the hooks.d hook.
+in legacy, jit-cdi and cdi mode (a spec from ``nvct cdi generate``), in legacy mode with the hook
+appended by the shim's sh front, and under podman with the hooks.d hook.
 Each must start with its GPU, leave no marker and nothing mounted. A stale spec
 whose nvct hook lacks env is sealed by the shim; the hook's own check refuses an
 environment the seal let through, with one line.
@@ -31,9 +32,10 @@ from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_
 from tests.support.gpu_runs import (MODES, NVCT, PATH_ENV, SHIM, mounts_under, need_runtime, node_config,
                                     run_gpu, spec_dir)
 from tests.support.image import ImageSpec, build_image_tar
+from tests.support.legacy_front import gpu_front, run
 from tests.support.podman import Podman, packaged_hooks_dir
 from tests.support.rootfs import make_rootfs
-from tests.support.runtimes import CRUN, RUNC, run_container
+from tests.support.runtimes import CRUN, RUNC, RUNTIMES, run_container
 
 pytestmark = pytest.mark.containers
 
@@ -153,6 +155,19 @@ def test_the_image_env_never_reaches_a_hook(tmp_path, sim_node, kit, runtime, mo
     rootfs = _hostile_rootfs(tmp_path, kit)
     result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime,
                      env=[_request(mode), *CASES[case]], command=GPU_CHECK)
+    _assert_sealed(result, kit, tmp_path)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_the_image_env_never_reaches_the_hook_the_shims_sh_front_appends(tmp_path, sim_node, kit, runtime, case):
+    """Legacy mode under a recorded config: the hook comes from the sh front, not from Python."""
+    need_runtime(runtime)
+    front, config = gpu_front(tmp_path, sim_node["config"], RUNTIMES[runtime][0])
+    bundle = make_bundle(tmp_path / "bundle", _hostile_rootfs(tmp_path, kit), ["sh", "-c", GPU_CHECK],
+                         env=[PATH_ENV, _request("legacy"), *CASES[case]])
+    result = run(front, config, bundle, log_file=str(tmp_path / "runc.log"))
+    assert front.starts() == {"shim": 1, "hook": 1}  # the shim's Python only recorded the config
     _assert_sealed(result, kit, tmp_path)
 
 

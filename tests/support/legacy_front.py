@@ -66,5 +66,22 @@ def prime(front: Front, config: str) -> None:
     subprocess.run([front.shim, "state", "nvct-prime"], env=_env(config), capture_output=True, timeout=60)
 
 
+def gpu_front(directory: str | os.PathLike, node_config: str, runtime: str) -> tuple[Front, str]:
+    """A front in ``directory``/bin and a recorded legacy config there for the simulated node
+    (its config file ``node_config``) on low-level ``runtime``: GPU creates start no Python."""
+    front = Front(os.path.join(os.fspath(directory), "bin"))
+    with open(node_config) as f:
+        config = legacy_config(os.path.join(os.fspath(directory), "legacy.toml"), runtime, base=f.read())
+    prime(front, config)
+    return front, config
+
+
+def run(front: Front, config: str, bundle: str | os.PathLike, log_file: str | None = None):
+    """The container of ``bundle`` through ``front`` under ``config`` (tests.support.runtimes.run_container)."""
+    from .runtimes import run_container
+
+    return run_container([front.shim], bundle, log_file=log_file, env=_env(config))
+
+
 def _env(config: str) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": config}

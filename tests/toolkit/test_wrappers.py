@@ -8,6 +8,7 @@ whether the kernel module is loaded.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -133,3 +134,26 @@ def test_once_the_shim_recorded_the_runtime_other_calls_start_no_python(installe
     os.utime(layout.config(), None)  # an edited config goes through Python again, which re-records
     assert any("python" in p or "ld-linux" in p for p in _execs(layout.runtime(), "state", "z")[1:])
     assert _calls(record) == [f"{layout.config()}|state z"]
+
+
+def test_the_legacy_wrapper_appends_the_hook_to_a_gpu_create_without_python(installed, tmp_path):
+    if not shutil.which("strace"):
+        pytest.skip("needs strace (scripts/setup.sh installs it)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the shim records its runtime and hook only as root)")
+    layout, proc, record = installed
+    (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
+    config = layout.config("legacy")
+    old = os.stat(config).st_mtime - 60
+    os.utime(config, (old, old))
+    _run(layout.runtime("legacy"), "state", "x")  # through Python: records the runtime and the hook
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text('{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=0"]}}')
+    _calls(record)
+    execs = _execs(layout.runtime("legacy"), "--log-format", "json", "create", "--bundle", str(bundle), "c1")
+    assert not any("python" in p or "ld-linux" in p for p in execs), execs
+    assert _calls(record) == [f"{config}|--log-format json create --bundle {bundle} c1"]
+    [hook] = json.loads((bundle / "config.json").read_text())["hooks"]["prestart"]
+    assert (hook["path"], hook["env"][-2:]) == (layout.hook, [f"NVIDIA_CTK_CONFIG_FILE_PATH={config}",
+                                                               "NVCT_LOG_FORMAT=json"])
