@@ -32,11 +32,14 @@ def find(names: list[str]) -> str:
 #: was no config file; "!": not to be trusted, see :func:`remember`). The shell front uses a line
 #: only while the config's mtime equals the stamp's (two ``test -nt``, no fork), so an edited
 #: config never runs a runtime it no longer names: the next call goes through Python. In legacy
-#: mode the line goes on with "<TAB>program<TAB>hook": the prestart hook that program's front
-#: appends to a GPU container's config.json itself (:func:`nvct.modes.legacy_record`).
+#: mode the line goes on with "<TAB>file": a root-only file in :data:`HOOKS` whose two lines are a
+#: program and the prestart hook that program's front appends to a GPU container's config.json
+#: itself (:func:`nvct.modes.legacy_record`). It is a file of its own because the front's ``read``
+#: takes a byte per system call: every line before the one it looks for costs its length.
 CACHE_DIR = "/run/nvct"
 CACHE = CACHE_DIR + "/runtimes"
 STAMPS = CACHE_DIR + "/stamps"
+HOOKS = CACHE_DIR + "/legacy-hooks"
 _CACHE_MAX = 64
 _ABSENT, _UNTRUSTED = "-", "!"
 #: A config younger than this may still change within the filesystem's timestamp granularity
@@ -68,20 +71,21 @@ def remember(config_path: str, runtime: str, seen: int | None | bool,
             return
         entries = _entries()
         mark = _mark(config_path, seen)
-        entry = (runtime, mark, *(legacy or ("", "")))
-        if entries.get(config_path) == entry and _stamp_holds(mark, seen):
+        hooks = _hook_file(config_path, legacy)
+        entry = (runtime, mark, hooks)
+        if entries.get(config_path) == entry and _stamp_holds(mark, seen) and _hook_file_holds(hooks, legacy):
             return
         if len(entries) >= _CACHE_MAX:  # many config files are a test machine's; keep it small
             entries.clear()
         entries[config_path] = entry
         if mark.startswith("/"):
-            _write_stamp(mark, seen)  # type: ignore[arg-type]
-        tmp = f"{CACHE}.{os.getpid()}.tmp"
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w",
-                  encoding="utf-8") as f:
-            f.writelines("\t".join((k, *(e if e[2] else e[:2]))) + "\n" for k, e in sorted(entries.items()))
-        os.replace(tmp, CACHE)
-        _prune_stamps({e[1] for e in entries.values()})
+            _write_private(mark, "", mtime_ns=seen)  # type: ignore[arg-type]
+        if hooks:
+            _write_private(hooks, "".join(f"{line}\n" for line in legacy or ()))
+        _write_private(CACHE, "".join("\t".join((k, *(e if e[2] else e[:2]))) + "\n"
+                                      for k, e in sorted(entries.items())))
+        _prune(STAMPS, {e[1] for e in entries.values()})
+        _prune(HOOKS, {e[2] for e in entries.values()})
     except OSError:
         pass
 
@@ -95,14 +99,14 @@ def last_known(config_path: str) -> str | None:
     return runtime if runtime and os.access(runtime, os.X_OK) else None
 
 
-def _entries() -> dict[str, tuple[str, str, str, str]]:
-    entries: dict[str, tuple[str, str, str, str]] = {}
+def _entries() -> dict[str, tuple[str, str, str]]:
+    entries: dict[str, tuple[str, str, str]] = {}
     try:
         with open(CACHE, encoding="utf-8") as f:
             for line in f:
-                key, runtime, mark, program, hook = (line.rstrip("\n").split("\t", 4) + [""] * 4)[:5]
+                key, runtime, mark, hooks = (line.rstrip("\n").split("\t", 3) + [""] * 3)[:4]
                 if runtime:
-                    entries[key] = (runtime, mark or _UNTRUSTED, program, hook)
+                    entries[key] = (runtime, mark or _UNTRUSTED, hooks)
     except (OSError, UnicodeDecodeError):
         pass
     return entries
@@ -113,9 +117,41 @@ def _mark(config_path: str, seen: int | None | bool) -> str:
         return _ABSENT
     if seen is False or time.time_ns() - seen < _RACY_NS:  # type: ignore[operator]
         return _UNTRUSTED
+    return f"{STAMPS}/{_crc(config_path)}"
+
+
+def _crc(config_path: str) -> str:
     import zlib  # only when a line is written
 
-    return f"{STAMPS}/{zlib.crc32(config_path.encode('utf-8', 'surrogateescape')):08x}"
+    return f"{zlib.crc32(config_path.encode('utf-8', 'surrogateescape')):08x}"
+
+
+def _hook_file(config_path: str, legacy: tuple[str, str] | None) -> str:
+    if not legacy or any(c in "\n\t" for c in "".join(legacy)):
+        return ""
+    return f"{HOOKS}/{_crc(config_path)}"
+
+
+def _hook_file_holds(path: str, legacy: tuple[str, str] | None) -> bool:
+    if not path:
+        return True
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
+            return f.read() == "".join(f"{line}\n" for line in legacy or ())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _write_private(path: str, text: str, mtime_ns: int | None = None) -> None:
+    """``text`` into ``path`` (0600, its directory made 0700; a stamp: ``mtime_ns``), renamed into place."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w",
+              encoding="utf-8") as f:
+        f.write(text)
+    if mtime_ns is not None:
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    os.replace(tmp, path)
 
 
 def _stamp_holds(mark: str, seen: int | None | bool) -> bool:
@@ -127,17 +163,9 @@ def _stamp_holds(mark: str, seen: int | None | bool) -> bool:
         return False
 
 
-def _write_stamp(path: str, mtime_ns: int) -> None:
-    os.makedirs(STAMPS, mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
-    os.utime(tmp, ns=(mtime_ns, mtime_ns))
-    os.replace(tmp, path)
-
-
-def _prune_stamps(keep: set[str]) -> None:
-    for name in os.listdir(STAMPS) if os.path.isdir(STAMPS) else ():
-        path = f"{STAMPS}/{name}"
+def _prune(directory: str, keep: set[str]) -> None:
+    for name in os.listdir(directory) if os.path.isdir(directory) else ():
+        path = f"{directory}/{name}"
         if path not in keep and not name.endswith(".tmp"):
             _unlink(path)
 

@@ -54,16 +54,24 @@ def test_a_cache_in_a_directory_others_may_write_is_removed_not_used(tmp_path, m
     assert lowlevel.last_known("/etc/config.toml") is None
 
 
-def test_legacy_mode_records_the_program_and_its_hook_beside_the_runtime(tmp_path, monkeypatch):
+def test_legacy_mode_records_the_program_and_its_hook_in_a_file_of_their_own(tmp_path, monkeypatch):
+    """The sh front reads the cache a byte per system call: the line stays short."""
     if os.geteuid() != 0:
         pytest.skip("needs root (the runtime cache is root-only)")
     lowlevel, cache = _cache_in(tmp_path, monkeypatch, 0o700)
+    monkeypatch.setattr(lowlevel, "HOOKS", str(tmp_path / "nvct" / "legacy-hooks"))
     hook = '{"path":"/usr/bin/nvidia-container-runtime-hook","env":["PATH=/bin"'
     lowlevel.remember("/etc/a.toml", "/usr/sbin/runc", None, ("/usr/bin/nvidia-container-runtime", hook))
     lowlevel.remember("/etc/b.toml", "/usr/bin/crun", None)
-    assert cache.read_text().splitlines() == [
-        f"/etc/a.toml\t/usr/sbin/runc\t-\t/usr/bin/nvidia-container-runtime\t{hook}",
-        "/etc/b.toml\t/usr/bin/crun\t-"]  # a line of three fields as before: no hook to insert
+    a, b = cache.read_text().splitlines()
+    assert b == "/etc/b.toml\t/usr/bin/crun\t-"  # three fields as before: no hook to insert
+    key, runtime, mark, hooks = a.split("\t")
+    assert (key, runtime, mark) == ("/etc/a.toml", "/usr/sbin/runc", "-")
+    assert open(hooks).read() == f"/usr/bin/nvidia-container-runtime\n{hook}\n"
+    assert os.lstat(hooks).st_mode & 0o777 == 0o600 and os.lstat(os.path.dirname(hooks)).st_mode & 0o777 == 0o700
     assert lowlevel.last_known("/etc/a.toml") == "/usr/sbin/runc"
+    lowlevel.remember("/etc/a.toml", "/usr/sbin/runc", None, ("/usr/bin/nvidia-container-runtime.legacy", hook))
+    assert open(hooks).read().startswith("/usr/bin/nvidia-container-runtime.legacy\n")  # another program
     lowlevel.remember("/etc/a.toml", "/usr/sbin/runc", None)  # the mode changed: the hook goes
     assert cache.read_text().splitlines()[0] == "/etc/a.toml\t/usr/sbin/runc\t-"
+    assert not os.path.exists(hooks)
