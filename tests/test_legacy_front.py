@@ -38,13 +38,13 @@ def _needs_root():
         pytest.skip("needs root (the shim records its runtime and hook only as root)")
 
 
-@pytest.fixture
-def front(tmp_path):
+@pytest.fixture(params=["/bin/sh", "/bin/bash --posix"])  # dash on Debian; bash is RHEL's /bin/sh
+def front(tmp_path, request):
     _needs_root()
     runc = tmp_path / "fake-runc"
     runc.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv\n")
     runc.chmod(0o755)
-    front = Front(tmp_path / "bin")
+    front = Front(tmp_path / "bin", request.param)
     front.config = legacy_config(tmp_path / "config.toml", str(runc))
     prime(front, front.config)
     return front

@@ -22,7 +22,7 @@ HOOK = "nvidia-container-runtime-hook"
 class Front:
     """``Front(dir)``: ``dir/nvidia-container-runtime`` and the hook beside it, with the witness."""
 
-    def __init__(self, directory: str | os.PathLike):
+    def __init__(self, directory: str | os.PathLike, shell: str = "/bin/sh"):
         self.dir = os.fspath(directory)
         os.makedirs(self.dir, exist_ok=True)
         self.shim = os.path.join(self.dir, "nvidia-container-runtime")
@@ -30,6 +30,10 @@ class Front:
         self.log = os.path.join(self.dir, "python.log")
         for name in ("nvidia-container-runtime", HOOK):
             shutil.copy(os.path.join(VENV_BIN, name), os.path.join(self.dir, name))
+        with open(self.shim) as f:
+            text = f.read()
+        with open(self.shim, "w") as f:  # ``shell``: e.g. "/bin/bash --posix", RHEL's /bin/sh
+            f.write(text.replace("#!/bin/sh\n", f"#!{shell}\n", 1))
         python = os.path.join(self.dir, "python3")
         with open(python, "w") as f:
             f.write(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {self.log}\nexec {sys.executable} "$@"\n')
