@@ -200,7 +200,7 @@ def legacy_record(config, program: str) -> str | None:
 
     The JSON of the hook without ``--log-format``'s env entry and the ``]}``
     that close its env and the hook: the front adds both (nvct.lowlevel
-    records it beside the runtime). ``None`` where a GPU create must go
+    keeps it in a file the runtime's line names). ``None`` where a GPU create must go
     through Python: another mode, a log file that gets a line per start, a
     hook found on a PATH the next caller may not share, text the front
     cannot paste as it is.
