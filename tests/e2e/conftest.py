@@ -9,7 +9,7 @@ import pytest
 from tests.support.fixtures import need_binaries, need_root, need_rootfs_tools
 
 # Re-exported fixtures from the container support package.
-from tests.support.fixtures import busybox_image_tar, rootfs  # noqa: F401
+from tests.support.fixtures import busybox_image_tar, pause_image_tar, rootfs  # noqa: F401
 
 # The shared GPU-container helpers (tests.support.gpu_runs), re-exported for the e2e tests.
 from tests.support.gpu_runs import NVCT, PATH_ENV, SHIM, VENV_BIN, node_config  # noqa: F401,E402

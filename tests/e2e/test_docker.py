@@ -6,13 +6,11 @@ finds ``nvidia-container-runtime-hook`` on its PATH at start, as ``--gpus`` need
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.e2e.conftest import SHIM, VENV_BIN, expected_nodes, node_config
 from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries, need_root
-from tests.support.legacy_front import gpu_front
+from tests.support.legacy_front import entry, gpu_front
 
 pytestmark = pytest.mark.containers
 
@@ -39,10 +37,7 @@ def _legacy_front(directory, sim_node):
     """A legacy-mode shim (a copy of the front with a witness of Python starts, see
     tests.support.legacy_front) under a recorded config of its own, which ``entry`` sets."""
     front, config = gpu_front(directory, sim_node["config"], "/usr/sbin/runc")
-    front.entry = str(directory / "nvidia-legacy")
-    with open(front.entry, "w") as f:
-        f.write(f"#!/bin/sh\nexport NVIDIA_CTK_CONFIG_FILE_PATH={config}\nexec {front.shim} \"$@\"\n")
-    os.chmod(front.entry, 0o755)
+    front.entry = entry(front, config)
     return front
 
 

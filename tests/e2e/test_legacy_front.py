@@ -12,7 +12,9 @@ import pytest
 from tests.e2e.conftest import PATH_ENV, expected_nodes
 from tests.support.bundle import make_bundle
 from tests.support.gpu_runs import need_runtime
-from tests.support.legacy_front import gpu_front, run
+from tests.support.containerd import Containerd, K8S_NAMESPACE
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries
+from tests.support.legacy_front import entry, gpu_front, run
 from tests.support.runtimes import RUNTIMES
 
 pytestmark = pytest.mark.containers
@@ -57,3 +59,21 @@ def test_the_hooks_refusal_is_runcs_error_line(tmp_path, sim_node, rootfs):
     assert not result.ok and starts == {"shim": 1, "hook": 1}
     [line] = [line for line in result.stderr.splitlines() if "nvidia-container-runtime-hook:" in line]
     assert "99" in line.split("nvidia-container-runtime-hook:")[1] and "Traceback" not in result.stderr
+
+
+def test_a_kubernetes_pod_through_containerds_cri(tmp_path, sim_node, busybox_image_tar, pause_image_tar):
+    """containerd 1.6's CRI spec (one line, the pod's annotations, no hooks) under a recorded legacy
+    config: the pod sandbox passes through, the container gets the hook from the sh front."""
+    pytest.importorskip("grpc", reason="needs python3-grpcio (the CRI client)")
+    need_runtime("runc")
+    need_binaries("/usr/bin/containerd")
+    front, config = gpu_front(tmp_path, sim_node["config"], RUNTIMES["runc"][0])
+    with Containerd(runtimes={"nvidia-legacy": entry(front, config)}) as containerd:
+        for tar in (busybox_image_tar, pause_image_tar):
+            containerd.import_image(tar, K8S_NAMESPACE)
+        result = containerd.cri_run(BUSYBOX_IMAGE_QUALIFIED, ["sh", "-c", COMMAND], runtime_handler="nvidia-legacy",
+                                    env={"NVIDIA_VISIBLE_DEVICES": "1,3"}, annotations={"example.com/a": "{[x]}"})
+    assert result.rc == 0, result.describe()
+    assert {line for line in result.stdout.splitlines() if line.startswith("/dev/")} == expected_nodes(sim_node, [1, 3])
+    assert "ok libcuda.so.1" in result.stdout
+    assert front.starts() == {"shim": 1, "hook": 1}

@@ -80,6 +80,16 @@ def gpu_front(directory: str | os.PathLike, node_config: str, runtime: str) -> t
     return front, config
 
 
+def entry(front: Front, config: str) -> str:
+    """A program beside ``front.dir`` that execs the front under ``config``: what an engine's
+    runtime entry names (daemon.json and containerd's runtimes pass no env of their own)."""
+    path = os.path.join(os.path.dirname(front.dir), "nvidia-legacy")
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\nexport NVIDIA_CTK_CONFIG_FILE_PATH={config}\nexec {front.shim} \"$@\"\n")
+    os.chmod(path, 0o755)
+    return path
+
+
 def run(front: Front, config: str, bundle: str | os.PathLike, log_file: str | None = None):
     """The container of ``bundle`` through ``front`` under ``config`` (tests.support.runtimes.run_container)."""
     from .runtimes import run_container
