@@ -120,16 +120,17 @@ def _mark(config_path: str, seen: int | None | bool) -> str:
     return f"{STAMPS}/{_crc(config_path)}"
 
 
-def _crc(config_path: str) -> str:
+def _crc(text: str) -> str:
     import zlib  # only when a line is written
 
-    return f"{zlib.crc32(config_path.encode('utf-8', 'surrogateescape')):08x}"
+    return f"{zlib.crc32(text.encode('utf-8', 'surrogateescape')):08x}"
 
 
 def _hook_file(config_path: str, legacy: tuple[str, str] | None) -> str:
+    """Named by the config and the content, so a line names exactly what its own run wrote."""
     if not legacy or any(c in "\n\t" for c in "".join(legacy)):
         return ""
-    return f"{HOOKS}/{_crc(config_path)}"
+    return f"{HOOKS}/{_crc(config_path)}-{_crc(chr(10).join(legacy))}"
 
 
 def _hook_file_holds(path: str, legacy: tuple[str, str] | None) -> bool:

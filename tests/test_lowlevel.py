@@ -71,7 +71,9 @@ def test_legacy_mode_records_the_program_and_its_hook_in_a_file_of_their_own(tmp
     assert os.lstat(hooks).st_mode & 0o777 == 0o600 and os.lstat(os.path.dirname(hooks)).st_mode & 0o777 == 0o700
     assert lowlevel.last_known("/etc/a.toml") == "/usr/sbin/runc"
     lowlevel.remember("/etc/a.toml", "/usr/sbin/runc", None, ("/usr/bin/nvidia-container-runtime.legacy", hook))
-    assert open(hooks).read().startswith("/usr/bin/nvidia-container-runtime.legacy\n")  # another program
+    other = cache.read_text().splitlines()[0].split("\t")[3]  # another program: another file, the old one gone
+    assert open(other).read().startswith("/usr/bin/nvidia-container-runtime.legacy\n")
+    assert other != hooks and not os.path.exists(hooks)
     lowlevel.remember("/etc/a.toml", "/usr/sbin/runc", None)  # the mode changed: the hook goes
     assert cache.read_text().splitlines()[0] == "/etc/a.toml\t/usr/sbin/runc\t-"
-    assert not os.path.exists(hooks)
+    assert os.listdir(os.path.dirname(hooks)) == []
