@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 
-#: runc/crun global flags that take a value (``--flag value`` or ``--flag=value``).
-_GLOBAL_VALUE_FLAGS = {"--root", "--log", "--log-format", "--criu", "--rootless", "--cgroup-manager"}
+#: runc/crun global flags that take a value (``--flag value`` or ``--flag=value``; runc, through
+#: Go's flag package, takes one dash as well as two for every name).
+_GLOBAL_VALUE_FLAGS = {"root", "log", "log-format", "criu", "rootless", "cgroup-manager"}
 #: ``create``/``run`` flags that take a value.
-_CREATE_VALUE_FLAGS = {"--bundle", "-b", "--console-socket", "--pid-file", "--preserve-fds"}
+_CREATE_VALUE_FLAGS = {"bundle", "b", "console-socket", "pid-file", "preserve-fds"}
 
 
 class RuncArgs:
@@ -38,7 +39,7 @@ def parse(argv: list[str], cwd: str | None = None) -> RuncArgs:
         arg = argv[i]
         if not arg.startswith("-"):
             break
-        name, eq, value = arg.partition("=")
+        name, eq, value = _flag(arg)
         if name in _GLOBAL_VALUE_FLAGS:
             if not eq:
                 i += 1
@@ -46,14 +47,19 @@ def parse(argv: list[str], cwd: str | None = None) -> RuncArgs:
             values[name] = value
         i += 1
     if i >= len(argv):
-        return RuncArgs(None, log=values.get("--log"), log_format=values.get("--log-format"))
+        return RuncArgs(None, log=values.get("log"), log_format=values.get("log-format"))
     sub = argv[i]
     bundle = None
     container_id = None
     if sub in ("create", "run"):
         bundle, container_id = _parse_create(argv[i + 1:])
         bundle = os.path.abspath(os.path.join(cwd or os.getcwd(), bundle or "."))
-    return RuncArgs(sub, bundle, container_id, values.get("--log"), values.get("--log-format"))
+    return RuncArgs(sub, bundle, container_id, values.get("log"), values.get("log-format"))
+
+
+def _flag(arg: str) -> tuple[str, str, str]:
+    """``--name=value`` or ``-name=value``: (name, "=" or "", value)."""
+    return arg[2 if arg.startswith("--") else 1:].partition("=")
 
 
 def _parse_create(args: list[str]) -> tuple[str | None, str | None]:
@@ -63,12 +69,12 @@ def _parse_create(args: list[str]) -> tuple[str | None, str | None]:
     while i < len(args):
         arg = args[i]
         if arg.startswith("-") and len(arg) > 1:
-            name, eq, value = arg.partition("=")
+            name, eq, value = _flag(arg)
             if name in _CREATE_VALUE_FLAGS:
                 if not eq:
                     i += 1
                     value = args[i] if i < len(args) else ""
-                if name in ("--bundle", "-b"):
+                if name in ("bundle", "b"):
                     bundle = value
         else:
             positional.append(arg)

@@ -29,3 +29,12 @@ def test_other_subcommands(argv, sub):
     args = parse(argv)
     assert args.subcommand == sub
     assert args.bundle is None
+
+
+def test_one_dash_long_flags_as_runc_takes_them():
+    """runc parses flags with Go's flag package: -root and --root, -b, --b and -bundle are one flag each."""
+    args = parse(["-root", "/r", "-log-format", "json", "-log=/l", "create", "-bundle", "/b", "-pid-file", "/p", "id"])
+    assert (args.subcommand, args.bundle, args.container_id) == ("create", "/b", "id")
+    assert (args.log, args.log_format) == ("/l", "json")
+    assert parse(["create", "--b", "/x", "id"]).bundle == "/x"
+    assert parse(["run", "-bundle=/y", "id"]).bundle == "/y"

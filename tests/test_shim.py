@@ -267,6 +267,20 @@ def test_a_create_that_may_ask_for_a_gpu_goes_to_python(tmp_path, fake_runc, env
     assert r.returncode == 1 and "invalid TOML" in r.stderr, r.stderr  # Python refused the GPU start
 
 
+def test_one_dash_global_flags_are_read_as_runc_reads_them(tmp_path, fake_runc):
+    """``-log-format json create``: the sh front once took "json" for the subcommand and passed the
+    create through untouched; a GPU create must reach Python."""
+    config, _ = _recorded(tmp_path, fake_runc)
+    (tmp_path / "g").mkdir()
+    gpu = _bundle(tmp_path / "g", ["NVIDIA_VISIBLE_DEVICES=0"])
+    _broken_keeping_mtime(config)
+    r = run_shim(["-root", "/r", "-log-format", "json", "create", "--bundle", str(gpu), "c2"], config)
+    assert r.returncode == 1 and "invalid TOML" in r.stderr, r.stderr  # Python refused the GPU start
+    r = run_shim(["-root", "/r", "-log-format", "json", "state", "c2"], config)
+    assert r.returncode == 0 and (tmp_path / "argv").read_text().split() == ["-root", "/r", "-log-format", "json",
+                                                                             "state", "c2"]
+
+
 @pytest.mark.parametrize("args", [["create", "-bundle", "{b}", "c2"], ["create", "--b", "{b}", "c2"],
                                   ["create", "--bundle"], ["create", "--bundle=", "c2"]])
 def test_unusual_create_command_lines_go_to_python(tmp_path, fake_runc, args):
