@@ -184,14 +184,17 @@ def _legacy(spec: dict[str, Any], config, why: str, request: Request,
     return Modification("legacy", why, ContainerEdits(hooks=[hook]), devices)
 
 
-def legacy_hook(config, log_format: str | None = None) -> Hook:
-    """The prestart hook legacy mode appends; the shim's sh front appends the same (:func:`legacy_record`)."""
+def legacy_hook(config, log_format: str | None = None, path: str | None = None) -> Hook:
+    """The prestart hook legacy mode appends; the shim's sh front appends the same (:func:`legacy_record`).
+
+    ``path``: the hook program, when the caller resolved it already (:func:`legacy_hook_path`).
+    """
     env = [f"{GPU_REQUEST_ENV}=1"]
     if config.path:
         env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
     if log_format:
         env.append(f"{LOG_FORMAT_ENV}={log_format}")  # last: the sh front adds it the same way
-    return Hook("prestart", legacy_hook_path(config), (HOOK_NAME, "prestart"), hook_env(*env),
+    return Hook("prestart", path or legacy_hook_path(config), (HOOK_NAME, "prestart"), hook_env(*env),
                 reason="legacy mode: the hook injects the GPU inside the container")
 
 
@@ -212,7 +215,7 @@ def legacy_record(config, program: str) -> str | None:
         return None
     from nvct import jsoncodec
 
-    text = jsoncodec.dumps(ocispec.hook_entry(legacy_hook(config)), compact=True)
+    text = jsoncodec.dumps(ocispec.hook_entry(legacy_hook(config, path=path)), compact=True)
     if not text.startswith('{"path":"') or not text.endswith('"]}') or "\t" in text or "\n" in text:
         return None
     return text[:-2]

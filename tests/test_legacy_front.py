@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvct.edits import HOOK_ENV
-from tests.support.legacy_front import Front, age, legacy_config, prime
+from tests.support.fixtures import need_root
+from tests.support.legacy_front import Front, age, legacy_config, prime, shim_env
 
 SETKEY = {"path": "/proc/4242/exe", "args": ["libnetwork-setkey", "-exec-root=/var/run/docker", "0123abcd", "fe98"]}
 #: Shapes of config.json the front edits itself (compact, as Go's encoder writes it).
@@ -34,8 +35,7 @@ SHAPES = {
 
 
 def _needs_root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the shim records its runtime and hook only as root)")
+    need_root("the shim records its runtime and hook only as root")
 
 
 @pytest.fixture(params=["/bin/sh", "/bin/bash --posix"])  # dash on Debian; bash is RHEL's /bin/sh
@@ -72,14 +72,14 @@ def _compact(spec):
 
 
 def _run(front, argv, cwd=None):
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": front.config}
+    env = shim_env(front.config)
     return subprocess.run([front.shim, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 def _by_python(front, tmp_path, text, argv_before=()):
     """config.json as the Python shim writes it for ``text`` (the front's own exec line, run directly)."""
     bundle = _bundle(tmp_path / "by-python", text)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": front.config}
+    env = shim_env(front.config)
     code = "import sys; sys.argv = sys.argv[1:]; from nvct.shim import main; sys.exit(main(banner=False))"
     r = subprocess.run([sys.executable, "-I", "-c", code, front.shim, *argv_before, "create", "--bundle", bundle,
                         "c1"], env=env, capture_output=True, text=True, timeout=60)

@@ -4,6 +4,8 @@ import os
 
 import pytest
 
+from tests.support.fixtures import need_root
+
 
 def _cache_in(tmp_path, monkeypatch, mode):
     from nvct import lowlevel
@@ -18,8 +20,7 @@ def _cache_in(tmp_path, monkeypatch, mode):
 
 
 def test_the_runtime_cache_records_the_config_mtime_in_a_root_only_stamp(tmp_path, monkeypatch):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the runtime cache is root-only)")
+    need_root("the runtime cache is root-only")
     lowlevel, cache = _cache_in(tmp_path, monkeypatch, 0o700)
     config = tmp_path / "config.toml"
     config.write_text("")
@@ -34,8 +35,7 @@ def test_the_runtime_cache_records_the_config_mtime_in_a_root_only_stamp(tmp_pat
 
 
 def test_a_config_written_just_now_is_recorded_untrusted(tmp_path, monkeypatch):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the runtime cache is root-only)")
+    need_root("the runtime cache is root-only")
     lowlevel, cache = _cache_in(tmp_path, monkeypatch, 0o700)
     config = tmp_path / "config.toml"
     config.write_text("")  # its mtime may still change within the clock's granularity
@@ -45,8 +45,7 @@ def test_a_config_written_just_now_is_recorded_untrusted(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
 def test_a_cache_in_a_directory_others_may_write_is_removed_not_used(tmp_path, monkeypatch, mode):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the runtime cache is root-only)")
+    need_root("the runtime cache is root-only")
     lowlevel, cache = _cache_in(tmp_path, monkeypatch, mode)
     cache.write_text("/etc/config.toml\t/tmp/evil\t-\n")
     lowlevel.remember("/etc/config.toml", "/usr/sbin/runc", None)
@@ -56,8 +55,7 @@ def test_a_cache_in_a_directory_others_may_write_is_removed_not_used(tmp_path, m
 
 def test_legacy_mode_records_the_program_and_its_hook_in_a_file_of_their_own(tmp_path, monkeypatch):
     """The sh front reads the cache a byte per system call: the line stays short."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the runtime cache is root-only)")
+    need_root("the runtime cache is root-only")
     lowlevel, cache = _cache_in(tmp_path, monkeypatch, 0o700)
     monkeypatch.setattr(lowlevel, "HOOKS", str(tmp_path / "nvct" / "legacy-hooks"))
     hook = '{"path":"/usr/bin/nvidia-container-runtime-hook","env":["PATH=/bin"'

@@ -8,6 +8,8 @@ import sys
 import pytest
 
 from nvct.edits import HOOK_ENV
+from tests.support.fixtures import need_root
+from tests.support.legacy_front import age
 
 BIN = os.path.dirname(sys.executable)
 SHIM = os.path.join(BIN, "nvidia-container-runtime")
@@ -157,14 +159,7 @@ def test_jit_cdi_mode_writes_devices_mounts_and_hides_env(tmp_path, fake_runc, s
 
 
 def _needs_root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the runtime cache in /run/nvct is root-only)")
-
-
-def _age(path, seconds=60):
-    """Backdate a file: a config younger than 2 s is never trusted by the cache (racy mtime)."""
-    st = os.stat(path)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 10**9))
+    need_root("the runtime cache in /run/nvct is root-only")
 
 
 def _recording_runtime(tmp_path, name):
@@ -185,12 +180,12 @@ def test_calls_other_than_create_skip_python_while_the_config_is_unchanged(tmp_p
         assert (tmp_path / "argv").read_text().split() == args
 
 
-@pytest.mark.parametrize("age", [60, 0])  # an old config (cached), one written just now (never cached)
-def test_an_edited_runtimes_list_takes_effect_on_the_very_next_call(tmp_path, age):
+@pytest.mark.parametrize("seconds", [60, 0])  # an old config (cached), one written just now (never cached)
+def test_an_edited_runtimes_list_takes_effect_on_the_very_next_call(tmp_path, seconds):
     _needs_root()
     old, new = _recording_runtime(tmp_path, "old-runc"), _recording_runtime(tmp_path, "new-runc")
     config = _config(tmp_path, old)
-    _age(config, age)
+    age(config, seconds)
     bundle = _bundle(tmp_path, ["PATH=/bin"])
     assert run_shim(["create", "--bundle", str(bundle), "c1"], config).returncode == 0
     assert run_shim(["state", "c1"], config).returncode == 0
@@ -231,7 +226,7 @@ def _recorded(tmp_path, runtime):
     """A config whose runtime the shim has recorded (a non-GPU create went through Python)."""
     _needs_root()
     config = _config(tmp_path, runtime)
-    _age(config)
+    age(config)
     plain = _bundle(tmp_path, ["PATH=/bin"])
     assert run_shim(["create", "--bundle", str(plain), "c1"], config).returncode == 0
     return config, plain

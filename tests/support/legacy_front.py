@@ -67,7 +67,7 @@ def age(path: str, seconds: float = 60) -> None:
 
 def prime(front: Front, config: str) -> None:
     """Have the shim's Python record ``config`` (a ``state`` call; the runtime's answer is ignored)."""
-    subprocess.run([front.shim, "state", "nvct-prime"], env=_env(config), capture_output=True, timeout=60)
+    subprocess.run([front.shim, "state", "nvct-prime"], env=shim_env(config), capture_output=True, timeout=60)
 
 
 def gpu_front(directory: str | os.PathLike, node_config: str, runtime: str) -> tuple[Front, str]:
@@ -94,8 +94,9 @@ def run(front: Front, config: str, bundle: str | os.PathLike, log_file: str | No
     """The container of ``bundle`` through ``front`` under ``config`` (tests.support.runtimes.run_container)."""
     from .runtimes import run_container
 
-    return run_container([front.shim], bundle, log_file=log_file, env=_env(config))
+    return run_container([front.shim], bundle, log_file=log_file, env=shim_env(config))
 
 
-def _env(config: str) -> dict[str, str]:
+def shim_env(config: str) -> dict[str, str]:
+    """The environment an engine gives the shim: its PATH, and the config file."""
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": config}

@@ -18,6 +18,7 @@ import pytest
 
 from nvct.toolkit import Installation, Layout, Options
 from nvct.toolkit.wrappers import runtime_wrapper
+from tests.support.fixtures import need_binaries, need_root
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +119,12 @@ def _execs(path: str, *args: str) -> list:
     return [line.split('"')[1] for line in trace.stderr.splitlines() if "execve(" in line and "= 0" in line]
 
 
+def _need_strace() -> None:
+    need_binaries(shutil.which("strace") or "/usr/bin/strace")  # scripts/setup.sh installs it
+
+
 def test_once_the_shim_recorded_the_runtime_other_calls_start_no_python(installed):
-    if not shutil.which("strace"):
-        pytest.skip("needs strace (scripts/setup.sh installs it)")
+    _need_strace()
     layout, proc, record = installed
     (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
     old = os.stat(layout.config()).st_mtime - 60
@@ -137,10 +141,8 @@ def test_once_the_shim_recorded_the_runtime_other_calls_start_no_python(installe
 
 
 def test_the_legacy_wrapper_appends_the_hook_to_a_gpu_create_without_python(installed, tmp_path):
-    if not shutil.which("strace"):
-        pytest.skip("needs strace (scripts/setup.sh installs it)")
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the shim records its runtime and hook only as root)")
+    _need_strace()
+    need_root("the shim records its runtime and hook only as root")
     layout, proc, record = installed
     (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
     config = layout.config("legacy")
