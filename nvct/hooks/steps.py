@@ -2,7 +2,9 @@
 
 Every path comes from the spec nvct wrote, but the rootfs itself belongs to
 the image, so all file operations go through :class:`nvct.rootfs.Rootfs`,
-which cannot be led outside the root by a symlink.
+which cannot be led outside the root by a symlink. The chain's steps share
+one, opened once (``HookContext.root``): the root's own path is looked up a
+single time, so it cannot be swapped between two steps.
 """
 
 from __future__ import annotations
@@ -79,8 +81,6 @@ def create_symlinks(args: _Args, ctx: HookContext) -> None:
     load the image's copy or fail to start. Replacing works through the Rootfs,
     inside the root and on the mount the path names (never a directory).
     """
-    from nvct.rootfs import Rootfs
-
     links = args.all("link")
     if not links:
         return
@@ -90,20 +90,17 @@ def create_symlinks(args: _Args, ctx: HookContext) -> None:
         if not sep or not target or not link.startswith("/"):
             raise NvctError(f"create-symlinks: invalid --link {spec!r} (expected target::/abs/link)")
         pairs.append((target, link))
-    with Rootfs(ctx.rootfs) as root:
-        root.symlinks(pairs, replace=True)
+    ctx.root.symlinks(pairs, replace=True)
 
 
 def enable_cuda_compat(args: _Args, ctx: HookContext) -> None:
     """Prefer the image's CUDA forward-compat libcuda when it is newer than the host driver."""
-    from nvct.rootfs import Rootfs
-
-    with Rootfs(ctx.rootfs) as root:
-        folder = compat_folder(root, args.one("host-driver-version") or "")
-        if folder is None:
-            return
-        ctx.extra_folders.insert(0, folder)
-        root.write_file(_COMPAT_CONF, (folder + "\n").encode(), 0o644, replace=True)
+    root = ctx.root
+    folder = compat_folder(root, args.one("host-driver-version") or "")
+    if folder is None:
+        return
+    ctx.extra_folders.insert(0, folder)
+    root.write_file(_COMPAT_CONF, (folder + "\n").encode(), 0o644, replace=True)
 
 
 def compat_folder(root, host_driver_version: str) -> str | None:
@@ -133,7 +130,7 @@ def update_ldcache(args: _Args, ctx: HookContext) -> None:
     folders = ctx.extra_folders + [f for f in args.all("folder") if f not in ctx.extra_folders]
     libraries = [] if ctx.extra_folders else args.all("library")
     path = args.one("ldconfig-path")
-    ldconfig.update_ldcache(ctx.rootfs, folders, libraries=libraries, **({"ldconfig": path} if path else {}))
+    ldconfig.update_ldcache(ctx.root, folders, libraries=libraries, **({"ldconfig": path} if path else {}))
 
 
 def create_soname_symlinks(args: _Args, ctx: HookContext) -> None:
@@ -144,20 +141,18 @@ def create_soname_symlinks(args: _Args, ctx: HookContext) -> None:
     from nvct import ldconfig
 
     path = args.one("ldconfig-path")
-    ldconfig.create_soname_links(ctx.rootfs, args.all("folder"), **({"ldconfig": path} if path else {}))
+    ldconfig.create_soname_links(ctx.root, args.all("folder"), **({"ldconfig": path} if path else {}))
 
 
 def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
     """Mask the driver's params with ``ModifyDeviceFiles: 0`` so libcuda never mknods in the container."""
-    from nvct.rootfs import Rootfs
-
     target = "/proc/driver/nvidia/params"
-    with Rootfs(ctx.rootfs) as root:
-        if not root.exists(target):
-            return
-        masked = masked_params(root.read_file(target))
-        if masked is not None:
-            root.mount_data(target, masked)
+    root = ctx.root
+    if not root.exists(target):
+        return
+    masked = masked_params(root.read_file(target))
+    if masked is not None:
+        root.mount_data(target, masked)
 
 
 def masked_params(current: bytes) -> bytes | None:
@@ -172,17 +167,15 @@ def masked_params(current: bytes) -> bytes | None:
 
 def chmod(args: _Args, ctx: HookContext) -> None:
     """``--mode`` (octal) on each ``--path``: e.g. device dirs that runc made 0700."""
-    from nvct.rootfs import Rootfs
-
     raw = args.one("mode")
     try:
         mode = int(raw or "", 8)
     except ValueError:
         raise NvctError(f"chmod: invalid --mode {raw!r} (expected octal, e.g. 755)") from None
-    with Rootfs(ctx.rootfs) as root:
-        for path in args.all("path"):
-            if root.exists(path):
-                root.chmod(path, mode)
+    root = ctx.root
+    for path in args.all("path"):
+        if root.exists(path):
+            root.chmod(path, mode)
 
 
 def bind_mount(args: _Args, ctx: HookContext) -> None:
@@ -196,20 +189,18 @@ def bind_mount(args: _Args, ctx: HookContext) -> None:
     """
     import posixpath
 
-    from nvct.rootfs import Rootfs
-
     host, target = args.one("host-path") or "", args.one("container-path") or ""
     for flag, path in (("--host-path", host), ("--container-path", target)):
         if not path.startswith("/"):
             raise NvctError(f"bind-mount: {flag} {path!r} is not an absolute path")
     flags = mount_flags(",".join(args.all("options")).split(","), "bind-mount: --options")
-    with Rootfs(ctx.rootfs) as root:
-        # An existing target that an image symlink leads onto another mount (a volume
-        # with shared propagation would carry our mount to the host) is refused too.
-        probe = target if os.path.isdir(host) else posixpath.dirname(target)
-        if root.exists(probe):
-            root.check_same_mount(probe)
-        root.bind_mount(host, target, **flags)
+    root = ctx.root
+    # An existing target that an image symlink leads onto another mount (a volume
+    # with shared propagation would carry our mount to the host) is refused too.
+    probe = target if os.path.isdir(host) else posixpath.dirname(target)
+    if root.exists(probe):
+        root.check_same_mount(probe)
+    root.bind_mount(host, target, **flags)
 
 
 def readonly_root(args: _Args, ctx: HookContext) -> None:
@@ -220,10 +211,7 @@ def readonly_root(args: _Args, ctx: HookContext) -> None:
     shim then leaves the root writable for the runtime and puts this step at
     the end of nvct's chain (runc applies it after the hooks itself).
     """
-    from nvct.rootfs import Rootfs
-
-    with Rootfs(ctx.rootfs) as root:
-        root.remount_read_only()
+    ctx.root.remount_read_only()
 
 
 #: Mount options a bind mount nvct makes understands, as ``Rootfs.bind_mount`` arguments.
@@ -260,36 +248,34 @@ def update_application_profile(args: _Args, ctx: HookContext) -> None:
     ``/dev/nvidiaN`` minors, in a driver application profile (the reference's hook of that name)."""
     import stat
 
-    from nvct.rootfs import Rootfs
-
-    with Rootfs(ctx.rootfs) as root:
-        if not root.exists("/dev"):
-            return
-        fd = root.open("/dev")
-        try:
-            mask = 0
-            for name in os.listdir(fd):
-                if not (name.startswith("nvidia") and name[6:].isdigit() and name[6:].isascii()):
-                    continue
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                minor = os.minor(st.st_rdev)
-                if stat.S_ISCHR(st.st_mode) and minor < 64:
-                    mask |= 1 << minor
-        finally:
-            os.close(fd)
-        if not mask:
-            return
-        # /etc/nvidia is often a read-only volume (the device plugin's ConfigMap):
-        # a start must not fail for a profile (the reference's 1.20.0 did; fixed since).
-        existing = next(p for p in (_PROFILE_DIR, "/etc/nvidia", "/etc", "/") if root.exists(p))
-        if root.is_read_only(existing):
-            sys.stderr.write(f"update-application-profile: {existing} is read-only in the container; "
-                             "EGL and Vulkan are not limited to its GPUs\n")
-            return
-        root.makedirs(_PROFILE_DIR, 0o555)
-        profile = ('{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",%s]}],'
-                   '"rules":[{"pattern":[],"profile":"_container_"}]}' % hex(mask))
-        root.write_file(_PROFILE_FILE, profile.encode(), 0o444, replace=True)
+    root = ctx.root
+    if not root.exists("/dev"):
+        return
+    fd = root.open("/dev")
+    try:
+        mask = 0
+        for name in os.listdir(fd):
+            if not (name.startswith("nvidia") and name[6:].isdigit() and name[6:].isascii()):
+                continue
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            minor = os.minor(st.st_rdev)
+            if stat.S_ISCHR(st.st_mode) and minor < 64:
+                mask |= 1 << minor
+    finally:
+        os.close(fd)
+    if not mask:
+        return
+    # /etc/nvidia is often a read-only volume (the device plugin's ConfigMap):
+    # a start must not fail for a profile (the reference's 1.20.0 did; fixed since).
+    existing = next(p for p in (_PROFILE_DIR, "/etc/nvidia", "/etc", "/") if root.exists(p))
+    if root.is_read_only(existing):
+        sys.stderr.write(f"update-application-profile: {existing} is read-only in the container; "
+                         "EGL and Vulkan are not limited to its GPUs\n")
+        return
+    root.makedirs(_PROFILE_DIR, 0o555)
+    profile = ('{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",%s]}],'
+               '"rules":[{"pattern":[],"profile":"_container_"}]}' % hex(mask))
+    root.write_file(_PROFILE_FILE, profile.encode(), 0o444, replace=True)
 
 
 def _compat_major(name: str) -> int | None:
