@@ -18,12 +18,14 @@ from __future__ import annotations
 import compileall
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Callable
 
+from nvct.doctor import permissions
 from nvct.errors import NvctError
 from nvct.toolkit import configfile, payload, runtime, wrappers
 from nvct.toolkit.engine import EngineSetup
@@ -103,6 +105,13 @@ class Installation:
         The runtime before the new one stays (a hook that started a moment ago may still import
         from it); older ones go.
         """
+        old_umask = os.umask(0o022)  # what makedirs, compileall and open create; modes are set after too
+        try:
+            self._install_tree()
+        finally:
+            os.umask(old_umask)
+
+    def _install_tree(self) -> None:
         runtimes = self.engine.low_level_runtimes()
         version = _new_version()
         self.layout = final = self.layout.with_version(version)
@@ -111,6 +120,7 @@ class Installation:
         upgrade = os.path.isdir(final.root) and not os.path.islink(final.root)
         if os.path.islink(final.root) or (os.path.lexists(final.root) and not upgrade):
             raise NvctError(f"{final.root}: exists and is not a directory; remove it first")
+        _refuse(permissions.ancestor_weaknesses(final.root, (0, os.geteuid())), final.root)
         try:
             os.makedirs(final.runtimes_dir if upgrade else parent, mode=0o755, exist_ok=True)
             staging = tempfile.mkdtemp(prefix=".toolkit-new-", dir=final.runtimes_dir if upgrade else parent)
@@ -119,6 +129,8 @@ class Installation:
         try:
             os.chmod(staging, 0o755)
             self._populate(final.moved(staging), runtimes)
+            _harden(final.root if upgrade else staging)  # an upgrade also mends the directories it writes into
+            _refuse(permissions.tree_weaknesses(final.root if upgrade else staging, (os.geteuid(),)), final.root)
             if upgrade:
                 _switch(staging, final)
             else:
@@ -212,6 +224,35 @@ def check_host_python(layout: Layout, python: str | None, host_root: str = "/") 
         raise NvctError(f"the host cannot run nvct ({how}: {lines[-1] if lines else f'exit {proc.returncode}'}); "
                         f"{_NEEDS if python else _NEEDS_BUNDLED}")
     return "host check: " + proc.stdout.decode(errors="replace").strip()
+
+
+def _harden(root: str) -> None:
+    """Everything under ``root`` owned by the installer (root) and writable by it alone, whatever the
+    umask and the modes of what was copied: directories 0755, files 0755 or 0644 (by their x bit)."""
+    uid = os.geteuid()
+    for directory, dirs, files in os.walk(root):
+        for path in [directory] + [os.path.join(directory, n) for n in dirs + files]:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                if uid == 0 and (st.st_uid, st.st_gid) != (0, 0):
+                    os.lchown(path, 0, 0)
+                continue
+            if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                continue  # refused by the check that follows
+            if uid == 0 and (st.st_uid, st.st_gid) != (0, 0):
+                os.lchown(path, 0, 0)
+            mode = 0o755 if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111 else 0o644
+            if stat.S_IMODE(st.st_mode) != mode:
+                os.chmod(path, mode)
+
+
+def _refuse(weaknesses: list, root: str) -> None:
+    """One line naming the first entry that someone other than root could change."""
+    if weaknesses:
+        path, why = weaknesses[0]
+        more = f" (and {len(weaknesses) - 1} more)" if len(weaknesses) > 1 else ""
+        raise NvctError(f"{path}: {why}{more}: anyone who can change it gets root at the next GPU container "
+                        f"start, so the toolkit is not switched in at {root}")
 
 
 def _write(path: str, text: str, mode: int) -> None:

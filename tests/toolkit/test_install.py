@@ -248,3 +248,96 @@ def test_the_reference_programs_run_from_the_toolkit_directory(tmp_path):
     unknown = subprocess.run([str(root / "nvidia-cdi-hook"), "no-such-hook"], input="{}", capture_output=True,
                              text=True, env={}, check=False)
     assert unknown.returncode == 0 and "unknown hook 'no-such-hook'" in unknown.stderr
+
+
+# --------------------------------------------------------------------------- who can change the tree
+
+
+def _loose(root) -> list[str]:
+    """Entries under ``root`` that someone other than the installer could change."""
+    out = []
+    for directory, dirs, files in os.walk(root):
+        for path in [directory] + [os.path.join(directory, n) for n in dirs + files]:
+            st = os.lstat(path)
+            if st.st_uid != os.geteuid() or (not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022):
+                out.append(f"{path} {stat.S_IMODE(st.st_mode):04o} uid {st.st_uid}")
+    return out
+
+
+def _permissions_finding(root, tmp_path) -> dict:
+    """``nvct doctor``'s permissions.chain, run by the toolkit's own nvct as an engine finds it."""
+    import json
+
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text(json.dumps({"runtimes": {"nvidia": {"path": str(root / "nvidia-container-runtime")}}}))
+    proc = subprocess.run([str(root / "nvct"), "doctor", "--json", "--docker-config", str(daemon),
+                           "--docker-socket", str(tmp_path / "no.sock"), "--docker-pidfile", str(tmp_path / "no.pid")],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=False)
+    findings = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
+    return findings["permissions.chain"]
+
+
+def test_a_toolkit_installed_under_umask_000_only_root_can_change_and_doctor_names_a_loosened_library(tmp_path):
+    from tests.support.fixtures import need_root
+
+    need_root("the doctor checks that the chain is root-owned")
+    old = os.umask(0)
+    try:
+        _install(_options(tmp_path, python="bundled"))
+        _install(_options(tmp_path, python="bundled"))  # an upgrade too
+    finally:
+        os.umask(old)
+    root = tmp_path / "install" / "toolkit"
+    assert _loose(root) == []
+    assert stat.S_IMODE(os.stat(root / ".runtime" / "current" / "bin" / "python3.11._pth").st_mode) == 0o644
+    finding = _permissions_finding(root, tmp_path)
+    assert finding["status"] == "ok", finding
+    lib = next((root / ".runtime" / "current" / "lib").glob("libz.so*"))
+    lib.chmod(0o666)
+    finding = _permissions_finding(root, tmp_path)
+    assert finding["status"] == "fail" and f"{lib.resolve()} (mode 0666, world-writable)" in finding["seen"], finding
+    assert "chmod go-w" in finding["fix"] and str(lib.resolve()) in finding["fix"]
+
+
+def test_an_upgrade_mends_the_directories_it_writes_into(tmp_path):
+    _install(_options(tmp_path))
+    config_dir = tmp_path / "install" / "toolkit" / ".config"
+    config_dir.chmod(0o777)
+    _install(_options(tmp_path))
+    assert _loose(tmp_path / "install" / "toolkit") == []
+
+
+def test_a_tree_with_an_entry_it_cannot_make_safe_is_not_switched_in(tmp_path, monkeypatch):
+    from nvct.toolkit import payload
+
+    _install(_options(tmp_path))
+    root = tmp_path / "install" / "toolkit"
+    before = os.readlink(root / ".runtime" / "current")
+    copy = payload.copy_python
+
+    def copy_with_a_fifo(dest, *args):
+        copied = copy(dest, *args)
+        os.mkfifo(os.path.join(dest, "planted"))
+        return copied
+
+    monkeypatch.setattr(payload, "copy_python", copy_with_a_fifo)
+    with pytest.raises(NvctError) as raised:
+        _install(_options(tmp_path))
+    message = str(raised.value)
+    assert "\n" not in message and "/lib/python/planted: not a file or directory" in message, message
+    assert f"so the toolkit is not switched in at {root}" in message
+    assert os.readlink(root / ".runtime" / "current") == before  # the old tree runs on
+    assert sorted(os.listdir(root / ".runtime")) == sorted(["current", before])
+
+
+def test_an_install_directory_others_can_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # not sticky: anyone could rename the toolkit away and put theirs in its place
+    opts = Options(install_dir=str(shared / "nvidia"), host_root="/", no_runtime_config=True,
+                   driver_root="/", python=sys.executable)
+    with pytest.raises(NvctError, match=rf"^{shared}: mode 0777, world-writable: anyone who can change it "
+                                        rf"gets root at the next GPU container start, so the toolkit is not "
+                                        rf"switched in at {shared}/nvidia/toolkit$"):
+        _install(opts)
+    assert os.listdir(shared) == []

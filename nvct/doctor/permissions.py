@@ -1,0 +1,305 @@
+"""Who can change what runs as root: every file on nvct's chain must be writable by root alone.
+
+A GPU container start runs, as root, the programs engines name (the runtime,
+the hook, ``nvct``), the interpreter they start, nvct's Python package and its
+dependencies, a toolkit tree's bundled Python and libraries, the low-level
+runtime, and reads nvct's config. Any of these, or a directory above one, that
+a non-root user owns or may write lets that user run code as root at the next
+GPU container start (a line prepended to the bundled Python's ``._pth``, a
+swapped ``libz.so.1``, a ``.pyc`` dropped in a writable ``__pycache__``).
+
+:func:`weakness` is the one rule; ``nvct toolkit install`` checks its finished
+tree with it before switching it in (:mod:`nvct.toolkit.install`).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import stat
+import sys
+
+from nvct.doctor.model import Context, fail, ok
+from nvct.toolkit.layout import RUNTIMES_DIR
+
+ID = "permissions.chain"
+#: The programs engines and hooks run by name (the package's, pip's, a toolkit's wrappers).
+PROGRAMS = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy",
+            "nvidia-container-runtime-hook", "nvct", "nvidia-cdi-hook", "nvidia-ctk", "nvidia-container-cli")
+#: Python packages the programs import besides the standard library (as the toolkit copies them).
+PACKAGES = ("nvct", "click", "tomlkit", "yaml", "elftools", "prctl", "_prctl")
+#: Where ``nvct toolkit install`` puts its tree by default (the GPU Operator's).
+DEFAULT_TOOLKITS = ("/usr/local/nvidia/toolkit",)
+_SHOWN = 8
+
+
+def weakness(st: os.stat_result, owners: tuple[int, ...] = (0,), *, above: bool = False) -> str | None:
+    """Why someone other than ``owners`` could change this entry, or None.
+
+    ``above``: a directory above the chain, where a sticky world-writable one (``/tmp``) is safe,
+    since nobody may rename or remove another's entry in it.
+    """
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in owners:
+        return f"owned by uid {st.st_uid}"
+    if stat.S_ISLNK(st.st_mode):
+        return None  # a link's own mode means nothing; its target is checked where it matters
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        return f"not a file or directory (mode {st.st_mode:o})"
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if above and stat.S_ISDIR(st.st_mode) and mode & stat.S_ISVTX:
+            return None
+        who = "world" if mode & stat.S_IWOTH else f"group {st.st_gid}"
+        return f"mode {mode:04o}, {who}-writable"
+    return None
+
+
+def tree_weaknesses(root: str, owners: tuple[int, ...] = (0,)) -> list[tuple[str, str]]:
+    """(path, why) for ``root`` and every entry below it (links not followed)."""
+    found = []
+    for path in _walk(root):
+        try:
+            why = weakness(os.lstat(path), owners)
+        except OSError:
+            continue
+        if why:
+            found.append((path, why))
+    return found
+
+
+def ancestor_weaknesses(path: str, owners: tuple[int, ...] = (0,)) -> list[tuple[str, str]]:
+    """(dir, why) for each directory above ``path`` that someone else could change."""
+    found = []
+    for directory in _ancestors(path):
+        try:
+            why = weakness(os.lstat(directory), owners, above=True)
+        except OSError:
+            continue
+        if why:
+            found.append((directory, why))
+    return found
+
+
+def check_chain(ctx: Context):
+    trees, files = chain(ctx)
+    problems: dict[str, str] = {}
+    count = 0
+    for root in sorted(trees):
+        for path in _walk(root):
+            count += 1
+            _note(problems, path)
+    for path in sorted(files - trees):
+        count += 1
+        _note(problems, path)
+    dirs = {d for p in trees | files for d in _ancestors(p)} - trees - files
+    for directory in sorted(dirs):
+        count += 1
+        _note(problems, directory, above=True)
+    if not problems:
+        yield ok(ID, f"{count} files and directories that run as root at a container start (programs, their "
+                 f"interpreters, nvct's Python packages, {len(trees)} package or toolkit trees, the config, and "
+                 f"the directories above them) are root-owned and writable by root alone")
+        return
+    shown = sorted(problems)[:_SHOWN]
+    more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
+    seen = "; ".join(f"{p} ({problems[p]})" for p in shown)
+    yield fail(ID, f"a non-root user can change what runs as root at the next GPU container start: {seen}{more}",
+               _fix(problems))
+
+
+def chain(ctx: Context) -> tuple[set[str], set[str]]:
+    """The trees walked whole (packages, toolkit trees) and the single files of the chain."""
+    path_env = ctx.options.default_path
+    trees: set[str] = set()
+    files: set[str] = set()
+    programs = {p for p in (shutil.which(name, path=path_env) for name in PROGRAMS) if p}
+    programs |= set(_engine_programs(ctx))
+    if ctx.config is not None:
+        programs |= {p for p in _config_programs(ctx) if p}
+    for toolkit in DEFAULT_TOOLKITS:
+        if os.path.isdir(os.path.join(toolkit, RUNTIMES_DIR)):
+            trees.add(toolkit)
+    for program in sorted(programs):
+        files |= _with_target(program)
+        toolkit = os.path.dirname(program)
+        if os.path.isdir(os.path.join(toolkit, RUNTIMES_DIR)):
+            trees.add(toolkit)
+        for used in _runs(program):
+            files |= _with_target(used)
+    for name in PACKAGES:
+        located = _module_path(name)
+        if located:
+            (trees if os.path.isdir(located) else files).add(located)
+    files |= _with_target(sys.executable)
+    files |= {d for d in sys.path if d and os.path.isdir(d)}
+    files.add(ctx.config_file)
+    for path in list(files):  # the toolkit tree a wrapper, the doctor itself or the config runs from
+        root, sep, _ = path.partition(f"/{RUNTIMES_DIR}/")
+        if not sep:
+            root, sep, _ = path.partition("/.config/nvidia-container-runtime/")
+        if sep and os.path.isdir(os.path.join(root, RUNTIMES_DIR)):
+            trees.add(root)
+    return trees, {f for f in files if os.path.lexists(f)}
+
+
+def _note(problems: dict, path: str, above: bool = False) -> None:
+    try:
+        why = weakness(os.lstat(path), above=above)
+    except OSError:
+        return
+    if why:
+        problems[path] = why
+
+
+def _fix(problems: dict) -> str:
+    owned = [p for p, why in sorted(problems.items()) if why.startswith("owned")]
+    writable = [p for p, why in sorted(problems.items()) if "writable" in why]
+    other = [p for p, why in sorted(problems.items()) if p not in owned and p not in writable]
+    steps = []
+    if owned:
+        steps.append("chown root:root " + " ".join(shlex.quote(p) for p in owned[:_SHOWN]))
+    if writable or owned:
+        steps.append("chmod go-w " + " ".join(shlex.quote(p) for p in (owned + writable)[:_SHOWN]))
+    if other:
+        steps.append("remove " + " ".join(shlex.quote(p) for p in other[:_SHOWN]))
+    fix = " && ".join(steps)
+    if len(problems) > _SHOWN:
+        fix += " (and the same for the rest: nvct doctor --json lists them)"
+    return fix + "; then find out who changed them"
+
+
+def _walk(root: str):
+    yield root
+    if os.path.isdir(root) and not os.path.islink(root):
+        for directory, dirs, names in os.walk(root):
+            for name in dirs + names:
+                yield os.path.join(directory, name)
+
+
+def _ancestors(path: str) -> list[str]:
+    out = []
+    current = os.path.dirname(os.path.abspath(path))
+    while True:
+        out.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            return out
+        current = parent
+
+
+def _with_target(path: str) -> set[str]:
+    """``path`` and, for a link, what it resolves to."""
+    out = {os.path.abspath(path)}
+    real = os.path.realpath(path)
+    if os.path.exists(real):
+        out.add(real)
+    return out
+
+
+def _runs(program: str) -> list[str]:
+    """What a program starts: its ``#!`` interpreter, and in an sh front or wrapper, the absolute
+    paths it assigns to ``python=`` or execs (the toolkit's loader, interpreter, entry, fallback)."""
+    try:
+        with open(program, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return []
+    if not head.startswith(b"#!"):
+        return []
+    text = head.decode("utf-8", "replace")
+    lines = text.splitlines()
+    out = lines[0][2:].split()[:1]
+    for line in lines[1:]:
+        line = line.strip()
+        if line.startswith(("exec ", "python=")):
+            try:
+                words = shlex.split(line.replace("python=", "python= ", 1), comments=True)
+            except ValueError:
+                continue
+            out += [w for w in words if w.startswith("/") and os.path.isfile(w)]
+    venv_python = os.path.join(os.path.dirname(program), "python3")
+    if "python=" in text and os.path.isfile(venv_python):  # nvct's sh fronts prefer a virtualenv's
+        out.append(venv_python)
+    return [p for p in out if os.path.isabs(p)]
+
+
+def _module_path(name: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return spec.origin if spec.origin and os.path.isabs(spec.origin) else None
+
+
+def _config_programs(ctx: Context) -> list[str]:
+    """The hook programs and the low-level runtime nvct's config names."""
+    out = []
+    for key in ("nvct.path", "nvidia-ctk.path", "nvidia-container-runtime-hook.path"):
+        value = ctx.config.get(key)
+        if isinstance(value, str) and os.path.isabs(value):
+            out.append(value)
+    try:
+        from nvct import lowlevel
+
+        out.append(lowlevel.find(ctx.config.runtimes))
+    except Exception:  # noqa: BLE001 - config.runtimes reports it
+        pass
+    return [p for p in out if os.path.exists(p)]
+
+
+def _engine_programs(ctx: Context) -> list[str]:
+    """Runtime binaries the engines' configs name (docker, containerd, cri-o): nvct's or any other."""
+    out = []
+    try:
+        with open(ctx.options.docker_config, "rb") as f:
+            data = json.loads(f.read() or b"{}")
+        for entry in (data.get("runtimes") or {}).values():
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                out.append(entry["path"])
+    except (OSError, ValueError, AttributeError):
+        pass
+    crio = ctx.options.crio_dir
+    for path in [ctx.options.containerd_config] + sorted(glob.glob("/etc/containerd/conf.d/*.toml")) + \
+            [os.path.join(os.path.dirname(crio), "crio.conf")] + sorted(glob.glob(os.path.join(crio, "*"))):
+        out += _toml_binaries(path)
+    resolved = []
+    for binary in out:
+        if not os.path.isabs(binary):
+            binary = shutil.which(binary, path=ctx.options.default_path) or ""
+        if binary and os.path.exists(binary):
+            resolved.append(binary)
+    return resolved
+
+
+def _toml_binaries(path: str) -> list[str]:
+    from nvct.config import parse_toml
+    from nvct.errors import NvctError
+
+    try:
+        with open(path, "rb") as f:
+            data = parse_toml(f.read(), path)
+    except (OSError, NvctError):
+        return []
+    out = []
+
+    def visit(node) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("BinaryName", "runtime_path") and isinstance(value, str) and value:
+                    out.append(value)
+                else:
+                    visit(value)
+
+    visit(data)
+    return out
+
+
+CHECKS = (check_chain,)

@@ -1,0 +1,88 @@
+"""permissions.chain: every program, interpreter, package and directory above them writable by root alone."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+
+from nvct import doctor
+from nvct.doctor import permissions
+
+
+@pytest.fixture(autouse=True)
+def _root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the chain must be root-owned)")
+
+
+def _install_like_pip(tmp_path):
+    """A bin directory as pip leaves it: an sh front whose python= names a virtualenv's interpreter."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python3"
+    python.write_text("#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n")
+    python.chmod(0o755)
+    for name in ("nvidia-container-runtime", "nvct"):
+        front = venv / "bin" / name
+        front.write_text(f"#!/bin/sh\npython=/usr/bin/python3 self=$0\nexec \"$python\" -I - {name} \"$@\"\n")
+        front.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    config.chmod(0o644)
+    return venv, config
+
+
+def _finding(tmp_path, venv, config) -> doctor.Finding:
+    options = doctor.Options(config_path=str(config), default_path=str(venv / "bin"),
+                             docker_config=str(tmp_path / "none.json"), containerd_config=str(tmp_path / "none.toml"),
+                             crio_dir=str(tmp_path / "none.d"))
+    (found,) = [f for f in doctor.run(options) if f.id == "permissions.chain"]
+    return found
+
+
+def _clean_interpreter_and_packages() -> bool:
+    """This test run's own interpreter and nvct are root-only (as on CI), so any fail is the test's doing."""
+    paths = {os.path.realpath(sys.executable), os.path.dirname(os.path.realpath(permissions.__file__))}
+    return not any(permissions.ancestor_weaknesses(p) or permissions.tree_weaknesses(p) for p in paths)
+
+
+def test_a_clean_install_is_ok_and_each_loosened_link_of_the_chain_is_named(tmp_path):
+    if not _clean_interpreter_and_packages():
+        pytest.skip("this checkout itself is writable by others than root")
+    venv, config = _install_like_pip(tmp_path)
+    found = _finding(tmp_path, venv, config)
+    assert found.status == "ok", found
+    for loosen, path, why in (
+        (lambda p: p.chmod(0o777), venv / "bin" / "python3", "mode 0777, world-writable"),  # what the front runs
+        (lambda p: p.chmod(0o664), config, "mode 0664, group 0-writable"),  # sets the hook root runs
+        (lambda p: os.chown(p, 65534, -1), venv / "bin" / "nvct", "owned by uid 65534"),
+        (lambda p: p.chmod(0o777), venv / "bin", "mode 0777, world-writable"),  # a directory above a program
+    ):
+        before = os.lstat(path)
+        loosen(path)
+        try:
+            found = _finding(tmp_path, venv, config)
+        finally:
+            os.chown(path, before.st_uid, before.st_gid)
+            path.chmod(stat.S_IMODE(before.st_mode))
+        assert found.status == "fail" and f"{path} ({why})" in found.seen, found
+        assert str(path) in found.fix
+
+
+def test_weakness_is_the_one_rule():
+    def st(mode, uid=0, gid=0):
+        return os.stat_result((mode, 0, 0, 1, uid, gid, 0, 0, 0, 0))
+
+    assert permissions.weakness(st(stat.S_IFREG | 0o755)) is None
+    assert permissions.weakness(st(stat.S_IFREG | 0o646)) == "mode 0646, world-writable"
+    assert permissions.weakness(st(stat.S_IFDIR | 0o775, gid=100)) == "mode 0775, group 100-writable"
+    assert permissions.weakness(st(stat.S_IFREG | 0o644, uid=1000)) == "owned by uid 1000"
+    assert permissions.weakness(st(stat.S_IFLNK | 0o777)) is None
+    assert permissions.weakness(st(stat.S_IFIFO | 0o644)).startswith("not a file or directory")
+    # /tmp above a path: nobody may rename another's entry in a sticky directory; inside the chain it counts
+    assert permissions.weakness(st(stat.S_IFDIR | 0o1777), above=True) is None
+    assert permissions.weakness(st(stat.S_IFDIR | 0o1777)) == "mode 1777, world-writable"
+    assert permissions.weakness(st(stat.S_IFREG | 0o644, uid=1000), (0, 1000)) is None
