@@ -38,7 +38,7 @@ from nvct import privileges
 from nvct.errors import CacheError, ContainerError
 from nvct.namespaces import mounts, unshare_mount_namespace
 from nvct.rootfs import (MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY,
-                         MS_REMOUNT, UMOUNT_NOFOLLOW, Rootfs, mount, umount)
+                         MS_REMOUNT, UMOUNT_NOFOLLOW, Rootfs, mount, open_no_symlinks, umount)
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
@@ -145,9 +145,9 @@ def _check_folder(folder: str) -> str:
     return "/" + "/".join(p for p in folder.split("/") if p not in ("", "."))
 
 
-def update_ldcache(rootfs_path: str, folders: Sequence[str], *, libraries: Sequence[str] = (),
+def update_ldcache(root: Rootfs | str, folders: Sequence[str], *, libraries: Sequence[str] = (),
                    ldconfig: str = DEFAULT, timeout: float = 10.0) -> str:
-    """Make the container at ``rootfs_path`` find libraries in ``folders``.
+    """Make the container ``root`` find libraries in ``folders``.
 
     Writes the folders to :data:`CONF_PATH` (replacing an earlier one; it is
     left there so later ldconfig runs in the container keep them), passes
@@ -162,12 +162,14 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *, libraries: Seque
     by its basename). When given, the image's own cache gets exactly those
     entries added (:func:`patched_cache`) and ldconfig does not run, unless
     that cannot be done exactly.
+
+    ``root``: the caller's opened root (left open), or its path (opened here).
     """
     folders = [_check_folder(f) for f in folders]
     libraries = [_check_folder(p) for p in libraries]
     exe = open_static_executable(host_ldconfig_path(ldconfig))
     try:
-        with Rootfs(rootfs_path) as root:
+        with _opened(root) as root:
             writable = _writable_etc(root, folders)
             with _etc_lock(root, timeout):
                 patch = patched_cache(root, libraries) if libraries else None
@@ -182,7 +184,7 @@ def update_ldcache(rootfs_path: str, folders: Sequence[str], *, libraries: Seque
         os.close(exe)
 
 
-def patch_ldcache(rootfs_path: str, folders: Sequence[str], libraries: Sequence[str], *,
+def patch_ldcache(root: Rootfs | str, folders: Sequence[str], libraries: Sequence[str], *,
                   host_files: dict[str, str], planned: tuple[bytes, bytes] | None = None,
                   timeout: float = 10.0) -> bool:
     """:func:`update_ldcache` done by patching alone, before the libraries are mounted.
@@ -195,7 +197,7 @@ def patch_ldcache(rootfs_path: str, folders: Sequence[str], libraries: Sequence[
     """
     folders = [_check_folder(f) for f in folders]
     libraries = [_check_folder(p) for p in libraries]
-    with Rootfs(rootfs_path) as root:
+    with _opened(root) as root:
         if not root.exists(CACHE_PATH):
             return False
         _writable_etc(root, folders)
@@ -206,6 +208,21 @@ def patch_ldcache(rootfs_path: str, folders: Sequence[str], libraries: Sequence[
             _write_conf(root, folders)
             _write_cache(root, *patch)
             return True
+
+
+class _opened:
+    """``root`` itself (the caller's, left open), or the root at that path, opened here and closed."""
+
+    def __init__(self, root: Rootfs | str):
+        self._own = None if isinstance(root, Rootfs) else Rootfs(root)
+        self._root = root if self._own is None else self._own
+
+    def __enter__(self) -> Rootfs:
+        return self._root
+
+    def __exit__(self, *exc: object) -> None:
+        if self._own is not None:
+            self._own.close()
 
 
 def _still(root: Rootfs, data: bytes) -> bool:
@@ -227,12 +244,13 @@ def _writable_etc(root: Rootfs, folders: Sequence[str]) -> list[str]:
 def _write_conf(root: Rootfs, folders: Sequence[str]) -> None:
     if folders:
         text = "# Written by nvct: driver libraries injected into this container.\n"
-        root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders), 0o644, replace=True)
+        root.write_file(CONF_PATH, text + "".join(f + "\n" for f in folders), 0o644, replace=True,
+                        sweep=True)  # under _etc_lock
 
 
 def _write_cache(root: Rootfs, data: bytes, patched: bytes) -> None:
     if patched is not data:  # else the loader finds every entry already (a restarted container)
-        root.write_file(CACHE_PATH, patched, 0o644, replace=True)
+        root.write_file(CACHE_PATH, patched, 0o644, replace=True, sweep=True)  # under _etc_lock
 
 
 def patched_cache(root: Rootfs, libraries: Sequence[str],
@@ -346,7 +364,7 @@ def _needed32(fd: int, head: bytes) -> list[bytes]:
     return [strings[at:strings.find(b"\0", at)] for at in needed if strings.find(b"\0", at) >= 0]
 
 
-def create_soname_links(rootfs_path: str, folders: Sequence[str], *,
+def create_soname_links(root: Rootfs | str, folders: Sequence[str], *,
                         ldconfig: str = DEFAULT, timeout: float = 10.0) -> str:
     """The SONAME links of the libraries in ``folders`` only (``ldconfig -n``), no cache.
 
@@ -357,7 +375,7 @@ def create_soname_links(rootfs_path: str, folders: Sequence[str], *,
     folders = [_check_folder(f) for f in folders]
     exe = open_static_executable(host_ldconfig_path(ldconfig))
     try:
-        with Rootfs(rootfs_path) as root:
+        with _opened(root) as root:
             folders = [f for f in folders if root.exists(f)]
             if not folders:
                 return ""
@@ -546,8 +564,8 @@ def _child(root_fd: int, root_real: str, exe: int, argv: list[str], devnull: int
         _detach_pseudo_mounts(root_real)
         _freeze_other_mounts(root_real, writable)
         # root_fd still points into the caller's namespace, where procfs is
-        # mounted: chroot into this namespace's copy of the root instead.
-        new_root = os.open(root_real, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        # mounted: chroot into this namespace's copy of the root instead (no link followed).
+        new_root = open_no_symlinks(root_real)
         old, new = os.fstat(root_fd), os.fstat(new_root)
         if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
             raise ContainerError(f"container root {root_real} changed under us")

@@ -140,7 +140,35 @@ def rootfs(spec: dict[str, Any], bundle: str) -> str:
     root = (spec.get("root") or {}).get("path")
     if not root:
         raise SpecError(f"{config_path(bundle)}: root.path is missing")
-    return os.path.normpath(os.path.join(bundle, root))
+    return root_path(root, bundle)
+
+
+def root_path(root: str, bundle: str | None) -> str:
+    """``root`` as runc resolves it: a relative one joined to the bundle's real path, then cleaned.
+
+    runc joins it to its working directory, the bundle as getcwd(3) shows it
+    (no symlinks), and refuses the result unless it names no symlink itself;
+    :func:`nvct.rootfs.open_root` applies that rule.
+    """
+    if not root.startswith("/"):
+        root = os.path.join(os.path.realpath(bundle or "."), root)
+    return "/" + os.path.normpath(root).lstrip("/")
+
+
+def root_owners(spec: dict[str, Any]) -> tuple[int, ...]:
+    """The host uid the spec maps to the container's root (a user namespace), if any.
+
+    An engine that remaps users owns the root as that uid (docker's
+    userns-remap, podman's ``--userns``); see :func:`nvct.rootfs.open_root`.
+    """
+    maps = (spec.get("linux") or {}).get("uidMappings")  # linux: an object (shape_problem)
+    out = []
+    for m in maps if isinstance(maps, list) else ():
+        if isinstance(m, dict) and all(isinstance(m.get(k), int) and not isinstance(m.get(k), bool)
+                                       for k in ("containerID", "hostID", "size")):
+            if m["containerID"] <= 0 < m["containerID"] + m["size"]:
+                out.append(m["hostID"] - m["containerID"])
+    return tuple(out)
 
 
 def apply_edits(spec: dict[str, Any], edits: ContainerEdits) -> None:

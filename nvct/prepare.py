@@ -28,6 +28,8 @@ TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
     from typing import Any
 
+    from nvct.rootfs import Rootfs
+
 #: The chain steps the shim can do (the params step becomes the sh hook).
 _STEPS = {"create-symlinks", "enable-cuda-compat", "update-ldcache", "bind-mount",
           "disable-device-node-modification", "update-nvidia-params"}
@@ -49,11 +51,15 @@ MASK_SCRIPT = ('while IFS= read -r line; do :; done\n'
 
 
 class Plan:
-    """What :func:`plan` found: the chain hook to replace, its steps' arguments and the files involved."""
+    """What :func:`plan` found: the chain hook to replace, its steps' arguments and the files involved.
 
-    def __init__(self, index: int, rootfs: str, bundle: str, steps: list[tuple[str, Any]],
+    ``root``: the container root, opened once by :func:`plan`; :meth:`write` writes through it
+    alone and closes it.
+    """
+
+    def __init__(self, index: int, root: Rootfs, bundle: str, steps: list[tuple[str, Any]],
                  host_files: dict[str, str], cache: tuple[bytes, bytes] | None, params: bytes | None):
-        self.index, self.rootfs, self.bundle = index, rootfs, bundle
+        self.index, self.root, self.rootfs, self.bundle = index, root, root.path, bundle
         self.steps, self.host_files, self.cache, self.params = steps, host_files, cache, params
 
     def edit(self, edits: ContainerEdits) -> None:
@@ -77,23 +83,30 @@ class Plan:
         from nvct.hooks.container import HookContext
         from nvct.hooks.steps import create_symlinks
 
-        for name, args in self.steps:
-            if name == "update-ldcache" and not ldconfig.patch_ldcache(
-                    self.rootfs, args.all("folder"), args.all("library"), host_files=self.host_files,
-                    planned=self.cache):
-                raise ContainerError(f"container root {self.rootfs}: its ld cache changed while the "
-                                     "container was being created")
-        ctx = HookContext(rootfs=self.rootfs, bundle=self.bundle)
-        for name, args in self.steps:
-            if name == "create-symlinks":
-                create_symlinks(args, ctx)
+        with self.root:
+            for name, args in self.steps:
+                if name == "update-ldcache" and not ldconfig.patch_ldcache(
+                        self.root, args.all("folder"), args.all("library"), host_files=self.host_files,
+                        planned=self.cache):
+                    raise ContainerError(f"container root {self.rootfs}: its ld cache changed while the "
+                                         "container was being created")
+            ctx = HookContext(rootfs=self.rootfs, bundle=self.bundle, root=self.root)
+            for name, args in self.steps:
+                if name == "create-symlinks":
+                    create_symlinks(args, ctx)
         if self.params is not None:
             fileutil.write_atomic(os.path.join(self.bundle, PARAMS_FILE), self.params, mode=0o444, durable=False)
 
 
 def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, proc_root: str) -> Plan | None:
-    """A plan for doing ``edits``' chain hook now, or None to leave it to the hook. Writes nothing."""
+    """A plan for doing ``edits``' chain hook now, or None to leave it to the hook. Writes nothing.
+
+    Raises :class:`nvct.rootfs.UnsafeRootError` for a root nvct must not write into
+    (nvct.rootfs.open_root): refused here, not left to the hook.
+    """
+    from nvct import ocispec
     from nvct.injection import chain_steps
+    from nvct.rootfs import Rootfs, UnsafeRootError
 
     chains = [i for i, h in enumerate(edits.hooks)
               if h.hook_name == "createContainer" and chain_steps(list(h.args)) is not None]
@@ -103,15 +116,22 @@ def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, 
     if steps is None:
         return None
     try:
-        checked = _checked(spec, edits, rootfs, steps)
+        root = Rootfs(rootfs, owners=ocispec.root_owners(spec))
+    except UnsafeRootError:
+        raise
     except ContainerError:
-        return None  # the hook will say what is wrong, as it did before
+        return None  # missing, ...: the runtime says so
+    try:
+        checked = _checked(spec, edits, root, steps)
+    except ContainerError:
+        checked = None  # the hook will say what is wrong, as it did before
     if checked is None:
+        root.close()
         return None
     params = None
     if any(name in _PARAMS_STEPS for name, _ in steps):
         params = _masked_params(proc_root)
-    return Plan(chains[0], rootfs, os.path.abspath(bundle), steps, *checked, params)
+    return Plan(chains[0], root, os.path.abspath(bundle), steps, *checked, params)
 
 
 def _steps(chain: list[str]) -> list[tuple[str, Any]] | None:
@@ -135,12 +155,11 @@ def _steps(chain: list[str]) -> list[tuple[str, Any]] | None:
     return out
 
 
-def _checked(spec: dict[str, Any], edits: ContainerEdits, rootfs: str,
+def _checked(spec: dict[str, Any], edits: ContainerEdits, root: Rootfs,
              steps: list[tuple[str, Any]]) -> tuple[dict[str, str], tuple[bytes, bytes] | None] | None:
     """The host file of every ``--library`` and the patched cache, when nothing stands in the way."""
     from nvct import ldconfig
     from nvct.hooks.steps import compat_folder
-    from nvct.rootfs import Rootfs
 
     links: dict[str, str] = {}
     written: list[str] = []
@@ -167,27 +186,26 @@ def _checked(spec: dict[str, Any], edits: ContainerEdits, rootfs: str,
         if path not in mounted:
             return None
         host_files[library] = mounted[path]
-    with Rootfs(rootfs) as root:
-        for name, args in steps:
-            if name == "enable-cuda-compat" and compat_folder(root, args.one("host-driver-version") or ""):
-                return None  # its libraries are found by ldconfig's scan alone
-        # The engine's mounts, resolved as the runtime will; nvct's own are files and driver dirs.
-        covers = [_inside(root, m["destination"]) for m in spec.get("mounts") or []
-                  if isinstance(m, dict) and isinstance(m.get("destination"), str)
-                  and posixpath.normpath("/" + m["destination"]).split("/")[1] not in _KERNEL_MOUNTS]
-        covers += [posixpath.normpath(m.container_path) for m in edits.mounts]
-        covers += [posixpath.normpath(args.one("container-path")) for name, args in steps if name == "bind-mount"]
-        folders: dict[str, str] = {}
-        for path in written:  # its folder resolved: a link there is replaced, never followed
-            folder, name = posixpath.split(posixpath.normpath("/" + path))
-            if folder not in folders:
-                folders[folder] = _inside(root, folder)
-            real = posixpath.join(folders[folder], name)
-            if any(real == c or real.startswith(c.rstrip("/") + "/") for c in covers):
-                return None  # a volume over it: what is written now would be hidden
-        cache = ldconfig.patched_cache(root, libraries, host_files) if libraries else None
-        if libraries and cache is None:
-            return None  # only ldconfig can: no cache, the old format, ...
+    for name, args in steps:
+        if name == "enable-cuda-compat" and compat_folder(root, args.one("host-driver-version") or ""):
+            return None  # its libraries are found by ldconfig's scan alone
+    # The engine's mounts, resolved as the runtime will; nvct's own are files and driver dirs.
+    covers = [_inside(root, m["destination"]) for m in spec.get("mounts") or []
+              if isinstance(m, dict) and isinstance(m.get("destination"), str)
+              and posixpath.normpath("/" + m["destination"]).split("/")[1] not in _KERNEL_MOUNTS]
+    covers += [posixpath.normpath(m.container_path) for m in edits.mounts]
+    covers += [posixpath.normpath(args.one("container-path")) for name, args in steps if name == "bind-mount"]
+    folders: dict[str, str] = {}
+    for path in written:  # its folder resolved: a link there is replaced, never followed
+        folder, name = posixpath.split(posixpath.normpath("/" + path))
+        if folder not in folders:
+            folders[folder] = _inside(root, folder)
+        real = posixpath.join(folders[folder], name)
+        if any(real == c or real.startswith(c.rstrip("/") + "/") for c in covers):
+            return None  # a volume over it: what is written now would be hidden
+    cache = ldconfig.patched_cache(root, libraries, host_files) if libraries else None
+    if libraries and cache is None:
+        return None  # only ldconfig can: no cache, the old format, ...
     return host_files, cache
 
 

@@ -41,7 +41,7 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     edits = injection.container_edits(request, driver, config)
     modes.check_requirements(request, driver, config)
     privileges.drop_capabilities(KEEP_CAPS)
-    rootfs = rootfs or ocispec.rootfs(spec, bundle)
+    rootfs = ocispec.root_path(rootfs, None) if rootfs else ocispec.rootfs(spec, bundle)
     if not config.get("nvidia-container-cli.no-cgroups"):
         cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
     procfs = procfs_view(request, driver, injection.selection_for(request, driver, config))
@@ -52,22 +52,23 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
 
 def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bundle, devbind=True,
             compat=True) -> None:
+    from nvct import ocispec
     from nvct.hooks import steps
     from nvct.rootfs import Rootfs
 
-    with Rootfs(rootfs) as root:
+    with Rootfs(rootfs, owners=ocispec.root_owners(spec or {})) as root:  # opened once, for every write
         for node in edits.device_nodes if devbind else ():
             root.mknod(node.path, node.type, node.major, node.minor,
                        node.file_mode if node.file_mode is not None else 0o666, node.uid, node.gid)
         for mount in writable_last(edits.mounts):  # never a path for later targets
             _bind(root, mount)
         _mask_procfs(root, driver, procfs)
-    ctx = HookContext(rootfs=rootfs, bundle=bundle, spec=spec)
-    for hook in edits.hooks:
-        chain = injection.chain_steps(hook.args)
-        if chain is not None:
-            chain = chain if compat else _without(chain, "enable-cuda-compat")
-            steps.run_chain(chain, ctx)
+        ctx = HookContext(rootfs=rootfs, bundle=bundle, spec=spec, root=root)
+        for hook in edits.hooks:
+            chain = injection.chain_steps(hook.args)
+            if chain is not None:
+                chain = chain if compat else _without(chain, "enable-cuda-compat")
+                steps.run_chain(chain, ctx)
 
 
 def _without(chain: list[str], name: str) -> list[str]:

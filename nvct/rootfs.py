@@ -24,6 +24,12 @@ operation here ever passes a joined ``root + path`` string to the kernel:
   directories (the read-write MPS pipe dir, volumes) are thus never written
   through a planted ``/usr/lib/x86_64-linux-gnu -> /tmp/nvidia-mps``.
 
+The root itself is opened once (:func:`open_root`): its path may follow no
+symlink in any component (runc's own rule), and it must be a directory owned
+as an engine owns a root. Every operation then starts from that one fd, so
+a user who controls a directory above the root (``podman --rootfs ~/rootfs``)
+cannot swap the root for a link to a host directory between two steps.
+
 Open a Rootfs only after entering the container's mount namespace (see
 nvct.namespaces): operations refuse to run from another one.
 
@@ -51,8 +57,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 # openat2(2): same number on every architecture that has it (added in 5.6).
 _SYS_OPENAT2 = 437
 _RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_IN_ROOT = 0x10
 _RESOLVE = _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS
+_AT_FDCWD = -100
 _MAX_HOPS = 40  # the kernel's MAXSYMLINKS
 
 MS_RDONLY = 0x1
@@ -96,8 +104,8 @@ def _oserror(filename: str | None = None) -> OSError:
     return OSError(err, os.strerror(err), filename)
 
 
-def _openat2(dirfd: int, path: str, flags: int) -> int:
-    how = _OpenHow(flags, 0, _RESOLVE)
+def _openat2(dirfd: int, path: str, flags: int, resolve: int = _RESOLVE) -> int:
+    how = _OpenHow(flags, 0, resolve)
     for _ in range(16):  # EAGAIN: a concurrent rename raced with ".."
         # syscall(2) is variadic: pass full-width integers
         fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(dirfd),
@@ -115,7 +123,7 @@ def openat2_available() -> bool:
     global _have_openat2
     if _have_openat2 is None:
         try:
-            os.close(_openat2(-100, "/", os.O_PATH | os.O_CLOEXEC))  # AT_FDCWD
+            os.close(_openat2(_AT_FDCWD, "/", os.O_PATH | os.O_CLOEXEC))
             _have_openat2 = True
         except OSError as e:
             if e.errno not in (errno.ENOSYS, errno.EPERM):
@@ -179,6 +187,68 @@ def _mount_ns() -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+class UnsafeRootError(ContainerError):
+    """A container root nvct will not write into: reached through a symlink, or not owned as a root."""
+
+
+def open_no_symlinks(path: str) -> int:
+    """O_PATH fd of the directory at absolute ``path``, no symlink followed in any component.
+
+    openat2's ``RESOLVE_NO_SYMLINKS`` from ``/``, or an O_NOFOLLOW walk where
+    the kernel lacks it. A symlink anywhere fails with ELOOP.
+    """
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    if openat2_available():
+        return _openat2(_AT_FDCWD, path, flags, _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    fd = os.open("/", flags)
+    try:
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode):
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            if not stat.S_ISDIR(mode):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_root(path: str, owners: Sequence[int] = ()) -> int:
+    """The container root at ``path``, opened once: an O_PATH fd on a verified directory.
+
+    ``path`` is absolute and clean (``nvct.ocispec.rootfs``). Refused with
+    :class:`UnsafeRootError`: a symlink in any component (runc refuses such a
+    root too, but only after nvct would have written through it), or a
+    root not owned as an engine owns one: by root, by this process's user,
+    or by a uid in ``owners`` (the host uid a spec maps to the container's
+    root). A directory an unprivileged user owns could be one she swapped
+    in, or one holding a mount point she moved there with it.
+    """
+    if not path.startswith("/") or "\0" in path:
+        raise UnsafeRootError(f"container root {path!r}: not an absolute path")
+    try:
+        fd = open_no_symlinks(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeRootError(f"container root {path}: its path leads through a symlink "
+                                  "(runc refuses such a root); refusing to write into it") from None
+        if e.errno == errno.ENOTDIR:
+            raise UnsafeRootError(f"container root {path}: not a directory") from None
+        raise ContainerError(f"container root {path}: {e.strerror}") from None
+    uid = os.fstat(fd).st_uid
+    if uid != 0 and uid != os.geteuid() and uid not in owners:
+        os.close(fd)
+        raise UnsafeRootError(f"container root {path}: owned by uid {uid}, not by root or the "
+                              "container's root user; refusing to write into it")
+    return fd
+
+
 def _procfd(fd: int) -> str:
     return f"/proc/self/fd/{fd}"
 
@@ -197,14 +267,14 @@ class Rootfs:
 
     Use as a context manager (``with Rootfs(path) as root: ...``); the root fd
     is closed on exit. Errors are :class:`ContainerError` naming the path.
+    The root is opened by :func:`open_root` (``owners``: see there); hand the
+    object itself to whatever else writes, never its path.
     """
 
-    def __init__(self, root: str | os.PathLike[str]):
+    def __init__(self, root: str | os.PathLike[str], *, owners: Sequence[int] = ()):
         self.path = os.fspath(root)
-        try:
-            self._fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as e:
-            raise ContainerError(f"container root {self.path}: {e.strerror}") from None
+        self._fd = -1
+        self._fd = open_root(self.path, owners)
         self._ns = _mount_ns()
         self._literal_mounts: dict[str, int] = {}
 
@@ -648,12 +718,15 @@ class Rootfs:
         self._replace(parent, name, lambda tmp: os.symlink(target, tmp, dir_fd=parent))
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644, *,
-                   replace: bool = False) -> None:
+                   replace: bool = False, sweep: bool = False) -> None:
         """Create a regular file with ``data`` (parents created).
 
         Without ``replace`` the file must not exist (O_CREAT|O_EXCL|O_NOFOLLOW).
         With it, the content goes to a fresh temporary file renamed over
-        ``path``: an old symlink there is replaced, never followed.
+        ``path``: an old symlink there is replaced, never followed. The
+        temporary is removed on any failure; ``sweep`` also removes those a
+        killed earlier write left (only for callers that serialize writes of
+        ``path``, e.g. under a lock: another writer's would go too).
         """
         if isinstance(data, str):
             data = data.encode()
@@ -675,6 +748,8 @@ class Rootfs:
             try:
                 self._checked(parent, rel)
                 if replace:
+                    if sweep:
+                        _sweep(parent, name)
                     self._replace(parent, name, create)
                 else:
                     try:
@@ -688,8 +763,15 @@ class Rootfs:
 
     @staticmethod
     def _replace(parent: int, name: str, create) -> None:
-        tmp = f".{name[:200]}.nvct-{os.urandom(6).hex()}"
-        create(tmp)
+        tmp = f"{_tmp_prefix(name)}{os.urandom(6).hex()}"
+        try:
+            create(tmp)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=parent)  # made, then the write failed (ENOSPC, ...)
+            except OSError:
+                pass
+            raise
         try:
             st = os.stat(name, dir_fd=parent, follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
@@ -868,6 +950,27 @@ class Rootfs:
             os.close(fd)
             raise
         return fd
+
+
+def _tmp_prefix(name: str) -> str:
+    """Temporaries of ``name`` are ``<prefix><12 hex digits>``, beside it."""
+    return f".{name[:200]}.nvct-"
+
+
+def _sweep(parent: int, name: str) -> None:
+    """Remove the temporaries of ``name`` in ``parent`` that a killed write left behind."""
+    prefix = _tmp_prefix(name)
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        stale = [n for n in os.listdir(fd) if n.startswith(prefix) and len(n) == len(prefix) + 12
+                 and all(c in "0123456789abcdef" for c in n[len(prefix):])]
+    finally:
+        os.close(fd)
+    for tmp in stale:
+        try:
+            os.unlink(tmp, dir_fd=parent)  # never follows: a link or a file goes, a directory stays
+        except OSError:
+            pass
 
 
 def _bind_flags(readonly: bool, nosuid: bool, nodev: bool, noexec: bool) -> int:

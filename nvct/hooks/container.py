@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from nvct import ocispec
 from nvct.errors import SpecError
 
@@ -11,17 +9,33 @@ TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
     from typing import IO, Any
 
+    from nvct.rootfs import Rootfs
+
 
 class HookContext:
-    """The container's root and spec, plus what earlier steps of a chain found."""
+    """The container's root and spec, plus what earlier steps of a chain found.
+
+    ``root``: the root already opened (the shim's); else :attr:`root` opens it
+    once, on first use, for every step.
+    """
 
     def __init__(self, rootfs: str, bundle: str | None = None, pid: int | None = None,
-                 spec: dict[str, Any] | None = None):
+                 spec: dict[str, Any] | None = None, root: Rootfs | None = None):
         self.rootfs = rootfs
         self.bundle = bundle
         self.pid = pid
         self.spec = spec if spec is not None else {}
         self.extra_folders: list[str] = []
+        self._root = root
+
+    @property
+    def root(self) -> Rootfs:
+        """The one verified root every step writes through (nvct.rootfs.open_root)."""
+        if self._root is None:
+            from nvct.rootfs import Rootfs
+
+            self._root = Rootfs(self.rootfs, owners=ocispec.root_owners(self.spec))
+        return self._root
 
 
 def read_state(stream: IO[str]) -> dict[str, Any]:
@@ -44,8 +58,8 @@ def from_state(stream: IO[str]) -> HookContext:
     if bundle:
         spec = ocispec.load(bundle)
     root = state.get("root")
-    if root:
-        rootfs = os.path.normpath(os.path.join(bundle or "/", root))
+    if root and isinstance(root, str):
+        rootfs = ocispec.root_path(root, bundle or "/")
     elif bundle:
         rootfs = ocispec.rootfs(spec, bundle)
     else:
