@@ -71,6 +71,13 @@ def _fresh(ctx: Context, spec):
         problems += 1
         yield fail("cdi.fresh", f"{spec.path}: {len(missing)} host path(s) do not exist, e.g. "
                    f"{', '.join(missing[:3])} (containers using it fail to start)", fix)
+    root = _driver_root(edits)
+    here = os.path.normpath(ctx.driver.driver_root) if ctx.driver is not None else None
+    if root is not None and here is not None and root != here:
+        problems += 1
+        yield warn("cdi.fresh", f"{spec.path} was generated for driver root {root}, but nvct's driver root "
+                   f"(nvidia-container-cli.root) is {here}: containers given its devices get {root}'s files",
+                   fix + " (once nvidia-container-cli.root names the driver's directory)")
     versions = sorted({v for e in edits for v in _versions(e)})
     if ctx.version and any(v != ctx.version for v in versions):
         problems += 1
@@ -116,12 +123,26 @@ def _nvidia_specs(registry):
 
 
 def _host_paths(edits):
+    """Host paths a runtime opens: a device node with its numbers is made from them, not from the host's."""
     for m in edits.get("mounts") or ():
         yield m["hostPath"]
     for n in edits.get("deviceNodes") or ():
-        yield n.get("hostPath") or n["path"]
+        if not n.get("major"):
+            yield n.get("hostPath") or n["path"]
     for h in edits.get("hooks") or ():
         yield h["path"]
+
+
+def _driver_root(edits) -> str | None:
+    """The driver root a spec was generated for: what its driver libraries' host paths add to their
+    container paths (``ROOT/usr/lib/.../libcuda.so.V`` at ``/usr/lib/.../libcuda.so.V``)."""
+    for e in edits:
+        for m in e.get("mounts") or ():
+            host, target = m.get("hostPath") or "", m.get("containerPath") or ""
+            name = os.path.basename(target)
+            if name.startswith(("libcuda.so.", "libnvidia-ml.so.")) and host.endswith(target) and target != "/":
+                return os.path.normpath(host[: len(host) - len(target)] or "/")
+    return None
 
 
 def _versions(edits):

@@ -53,9 +53,25 @@ def check_roots(ctx: Context):
             yield fail("config.roots", f"{what} {root} ({shown}) has no {inside}/",
                        ctx.set_command(key, "/" if host_nodes else "<directory>")
                        + (" (the nodes are in the host's /dev)" if host_nodes else ""))
+    if not bad and ctx.empty_driver_root:
+        bad = True
+        yield _empty_driver_root(ctx)
     if not bad:
         yield ok("config.roots", f"driver root {config.driver_root}, dev root {config.dev_root} "
                  f"({config.dev_root_source}), proc root {config.proc_root}{_other_dev(ctx, config.dev_root)}")
+
+
+def _empty_driver_root(ctx: Context):
+    """The driver root holds nothing of the loaded driver: name the setting, and where the driver is."""
+    key, version = "nvidia-container-cli.root", ctx.version
+    seen = (f"{ctx.empty_driver_root} (no libnvidia-ml.so.{version} or libcuda.so.{version}), but the kernel "
+            f"module is {version}: GPU containers get their device nodes but no driver libraries and no nvidia-smi")
+    elsewhere = ctx.driver_root_elsewhere()
+    if elsewhere:
+        return fail("config.roots", f"{seen}; driver {version} is installed under {elsewhere}",
+                    ctx.set_command(key, elsewhere))
+    return fail("config.roots", seen, ctx.set_command(key, "<directory>") + " (where the driver is installed; "
+                "a driver container's is /run/nvidia/driver), or install driver " + version + "'s libraries")
 
 
 def _other_dev(ctx: Context, dev_root: str) -> str:

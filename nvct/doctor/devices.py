@@ -73,14 +73,19 @@ def check_nodes(ctx: Context):
         if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (node.major, node.minor):
             wrong.append((node, _describe(st)))
     root = ctx.driver.dev_root
+    # Containers do not need these: runc and crun (and the hook) make each node from the numbers nvct
+    # reads in procfs. What breaks is this host's own use of them (NVML, nvidia-smi).
     if missing:
-        yield fail("devices.nodes",
+        yield warn("devices.nodes",
                    f"{len(missing)} of {len(nodes)} device nodes missing under {root}: "
-                   f"{_some(n.path for n in missing)} (containers get no GPU; "
-                   f"dev root: {ctx.config.dev_root_source})",
+                   f"{_some(n.path for n in missing)} (dev root: {ctx.config.dev_root_source}). Containers "
+                   f"still get them (runc and crun make each node from its major and minor), but on this host "
+                   f"NVML and nvidia-smi do not see {_what(missing)}",
                    _in_host_dev_fix(ctx, missing) or _mknod_commands(missing))
     for node, seen in wrong:
-        yield fail("devices.nodes", f"{node.host_path} is {seen}, expected c {node.major}:{node.minor}",
+        yield warn("devices.nodes", f"{node.host_path} is {seen}, expected c {node.major}:{node.minor}. "
+                   f"Containers still get c {node.major}:{node.minor} (made from procfs's numbers), but on this "
+                   f"host whatever opens {node.host_path} reaches {seen}",
                    f"rm {node.host_path} && " + _mknod_commands([node]))
     if not missing and not wrong:
         yield ok("devices.nodes", f"{len(nodes)} device nodes under {root} with the right majors and minors "
@@ -184,6 +189,16 @@ def _links_to(char_dir: str, node, links_root: str) -> bool:
     else:
         target = os.path.join(char_dir, target)
     return os.path.normpath(target) == os.path.normpath(node.host_path)
+
+
+def _what(nodes) -> str:
+    """What the host's tools lose without ``nodes``: the driver (control node), or some GPUs."""
+    if any(n.path == "/dev/nvidiactl" for n in nodes):
+        return "the driver (no /dev/nvidiactl)"
+    gpus = [n.path[len("/dev/nvidia"):] for n in nodes if n.path[len("/dev/nvidia"):].isdigit()]
+    if gpus:
+        return "the GPU(s) of minor " + ", ".join(gpus)
+    return "those devices (" + ", ".join(os.path.basename(n.path) for n in nodes[:3]) + ")"
 
 
 def _some(items, shown: int = 6) -> str:

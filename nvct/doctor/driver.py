@@ -84,6 +84,9 @@ def check_nvml(ctx: Context):
     if ctx.missing_root("driver"):  # NVML is loaded from the driver root
         yield ctx.skipped("driver.nvml", ctx.missing_root("driver"))
         return
+    if ctx.empty_driver_root:
+        yield ctx.skipped("driver.nvml", f"{ctx.empty_driver_root} (see config.roots)")
+        return
     try:
         with ctx.driver.nvml() as nvml:
             nvml_version = nvml.driver_version()
@@ -91,6 +94,11 @@ def check_nvml(ctx: Context):
             if ctx.options.deep:
                 yield from _nvml_devices(ctx, nvml)
     except NvctError as e:
+        control = ctx.driver.dev_host_path("/dev/nvidiactl")
+        if not os.path.exists(control):  # the host's NVML needs it; containers get theirs made by the runtime
+            yield warn("driver.nvml", f"NVML on this host does not initialize ({e}): {control} is missing. "
+                       "Containers still get their GPUs (see devices.nodes)", "see devices.nodes")
+            return
         yield fail("driver.nvml", f"NVML does not load or initialize: {e}", _nvml_fix(ctx, str(e)))
 
 

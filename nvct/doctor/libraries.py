@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import re
 
+from nvct.doctor.model import LIB_DIRS as _LIB_DIRS
 from nvct.doctor.model import Context, fail, info, ok, warn
 from nvct.driver import LIBRARIES, resolve_in_root
 
 _LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
 _VERSION_RE = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
-_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib/x86_64-linux-gnu", "/lib64", "/usr/lib",
-             "/usr/lib/i386-linux-gnu", "/usr/lib32", "/lib/i386-linux-gnu")
 
 #: Libraries without which nothing works, and the error a container shows then.
 REQUIRED = {
@@ -78,6 +77,9 @@ def check_versions(ctx: Context):
     """One finding per capability; one for the whole driver when none matches the module."""
     if ctx.ldcache is None or ctx.version is None:
         yield ctx.skipped("libraries.versions", "no ld cache or no driver version (see above)")
+        return
+    if ctx.empty_driver_root:
+        yield ctx.skipped("libraries.versions", f"{ctx.empty_driver_root} (see config.roots)")
         return
     libs = _scan(ctx)
     version = ctx.version
@@ -148,6 +150,10 @@ def check_required(ctx: Context):
     if ctx.ldcache is None or ctx.version is None:
         for id, _, _ in REQUIRED.values():
             yield ctx.skipped(id, "no ld cache or no driver version (see above)")
+        return
+    if ctx.empty_driver_root:
+        for id, _, _ in REQUIRED.values():
+            yield ctx.skipped(id, f"{ctx.empty_driver_root} (see config.roots)")
         return
     cache = ctx.driver.ldcache_path
     for soname, (id, capability, symptom) in REQUIRED.items():

@@ -18,6 +18,13 @@ from nvct.errors import NvctError
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
 STATUSES = (OK, INFO, WARN, FAIL)
 
+#: Where a driver install puts its libraries (64-bit first), relative to its root.
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib/x86_64-linux-gnu", "/lib64", "/usr/lib",
+            "/usr/lib/i386-linux-gnu", "/usr/lib32", "/lib/i386-linux-gnu")
+
+#: Where else a node's driver may be installed: a driver container's root (GPU Operator), the host's.
+OTHER_DRIVER_ROOTS = ("/run/nvidia/driver", "/")
+
 #: The PATH systemd gives services: dockerd's, when no dockerd runs to ask.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -176,6 +183,38 @@ class Context:
     def ldcache_error(self) -> str | None:
         return self._ldcache[1]
 
+    @functools.cached_property
+    def empty_driver_root(self) -> str | None:
+        """Why the driver root holds nothing of the loaded driver, or None.
+
+        Then the shim gives containers device nodes and no libraries (they
+        start, without nvidia-smi): the root setting is at fault, which
+        ``config.roots`` names, not the libraries, whose checks then skip.
+        """
+        if self.version is None or self.missing_root("driver"):
+            return None
+        root = self.driver.driver_root
+        if holds_driver(root, self.version) or self._cache_names_driver():
+            return None
+        return f"the driver root {root} (nvidia-container-cli.root) holds no driver {self.version} libraries"
+
+    def _cache_names_driver(self) -> bool:
+        return any(e.key.startswith(("libnvidia-ml.so", "libcuda.so")) for e in self.ldcache or ())
+
+    def driver_root_elsewhere(self) -> str | None:
+        """Another directory that holds the loaded driver's libraries: the dev root, the proc root's
+        parent (a simulated node), a driver container's root, the host's."""
+        driver = self.driver
+        candidates = [driver.dev_root]
+        if os.path.basename(os.path.normpath(driver.proc_root)) == "proc":
+            candidates.append(os.path.dirname(os.path.normpath(driver.proc_root)))
+        candidates += OTHER_DRIVER_ROOTS
+        here = os.path.normpath(driver.driver_root)
+        for root in candidates:
+            if os.path.normpath(root) != here and holds_driver(root, self.version):
+                return os.path.normpath(root)
+        return None
+
     def skipped(self, id: str, why: str) -> Finding:
         return info(id, f"not checked: {why}")
 
@@ -193,3 +232,12 @@ class Context:
         if os.path.isdir(root):
             return None
         return f"the {which} root {root} ({key}) does not exist (see config.roots)"
+
+
+def holds_driver(root: str, version: str) -> bool:
+    """Whether ``root`` has driver ``version``'s NVML or CUDA library in a library directory."""
+    for directory in LIB_DIRS[:5]:
+        for base in ("libnvidia-ml.so.", "libcuda.so."):
+            if os.path.isfile(os.path.join(root, directory.lstrip("/"), base + version)):
+                return True
+    return False

@@ -39,9 +39,11 @@ _STUBS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook")
 class GpuNode:
     """A simulated node at ``tmp_path/node`` plus engine configs, CDI spec and nvct config."""
 
-    def __init__(self, tmp_path, *, mode: str = "auto", **build_options):
+    def __init__(self, tmp_path, *, mode: str = "auto", real: bool = False, **build_options):
+        """``real``: nvct's config names the real programs (runc, nvct, the hook), so containers run."""
         from nvct.simulate import build_node
 
+        self.real = real
         self.tmp = str(tmp_path)
         self.dir = os.path.join(self.tmp, "node")
         self.manifest = build_node(self.dir, **build_options)
@@ -76,10 +78,16 @@ class GpuNode:
         write(self.config, (
             f"[nvidia-container-cli]\nroot = {q(self.dir)}\n\n"
             f"[nvct]\ndev-root = {q(self.dir)}\nproc-root = {q(self.path('proc'))}\n"
-            f"path = {q(self.stub('nvct'))}\n\n"
-            f"[nvidia-container-runtime]\nmode = {q(mode)}\nruntimes = [\"/bin/true\"]\n{extra}\n"
+            f"path = {q(self.program('nvct'))}\n\n"
+            f"[nvidia-container-runtime]\nmode = {q(mode)}\nruntimes = [{q(self.program('runc'))}]\n{extra}\n"
             f"[nvidia-container-runtime.modes.cdi]\nspec-dirs = [{q(self.cdi_dir)}]\n\n"
-            f"[nvidia-container-runtime-hook]\npath = {q(self.stub('nvidia-container-runtime-hook'))}\n"))
+            f"[nvidia-container-runtime-hook]\npath = {q(self.program('nvidia-container-runtime-hook'))}\n"))
+
+    def program(self, name: str) -> str:
+        """What the config names for ``name``: the real program, or a stub (runc: /bin/true)."""
+        if name == "runc":
+            return "/usr/sbin/runc" if self.real else "/bin/true"
+        return os.path.join(os.path.dirname(sys.executable), name) if self.real else self.stub(name)
 
     def driver(self):
         from nvct.driver import Driver
@@ -89,7 +97,7 @@ class GpuNode:
     def write_cdi_spec(self, name: str = "nvidia.yaml", driver=None) -> str:
         from nvct.cdi import generate, spec
 
-        raw = generate.generate(driver or self.driver(), hook_path=self.stub("nvct"))
+        raw = generate.generate(driver or self.driver(), hook_path=self.program("nvct"))
         return spec.save(raw, os.path.join(self.cdi_dir, name), "yaml")
 
     def options(self, **overrides):

@@ -11,20 +11,22 @@ from nvct import doctor
 from .nodes import GpuNode, needs_root, one, problems, write
 
 
-def test_no_device_nodes_fails_with_the_mknod_commands(node):
+def test_no_device_nodes_warns_with_the_mknod_commands(node):
     for entry in os.listdir(node.path("dev")):
         if entry.startswith("nvidia"):
             path = node.path(f"dev/{entry}")
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
     findings = node.doctor()
     nodes = one(findings, "devices.nodes")
-    assert nodes.status == "fail"
+    # Containers still get every node (tests/doctor/test_verdicts.py): a warning, not a failure.
+    assert nodes.status == "warn"
     # nvidia-modeset is optional: without its node it is not expected.
     assert nodes.seen.startswith(f"15 of 15 device nodes missing under {node.dir}: /dev/nvidiactl, ")
+    assert "Containers still get them" in nodes.seen and "do not see the driver (no /dev/nvidiactl)" in nodes.seen
     assert f"mknod -m 666 {node.path('dev/nvidiactl')} c 195 255" in nodes.fix
     assert f"mknod -m 666 {node.path('dev/nvidia7')} c 195 7" in nodes.fix
     assert f"mkdir -p {node.path('dev/nvidia-caps')}" in nodes.fix
-    assert doctor.exit_code(findings) == 1
+    assert doctor.exit_code(findings) == 0
 
 
 @needs_root
@@ -40,8 +42,8 @@ def test_a_node_with_the_wrong_numbers_is_named(node):
     os.unlink(node.path("dev/nvidia2"))
     os.mknod(node.path("dev/nvidia2"), 0o20666, os.makedev(195, 5))
     nodes = one(node.doctor(), "devices.nodes")
-    assert nodes.status == "fail"
-    assert nodes.seen == f"{node.path('dev/nvidia2')} is c 195:5, expected c 195:2"
+    assert nodes.status == "warn"
+    assert nodes.seen.startswith(f"{node.path('dev/nvidia2')} is c 195:5, expected c 195:2. Containers still get")
     assert nodes.fix == f"rm {node.path('dev/nvidia2')} && mknod -m 666 {node.path('dev/nvidia2')} c 195 2"
 
 
@@ -85,14 +87,15 @@ def test_persistence_mode_is_only_queried_when_deep(node):
     assert deep.status == "ok"
 
 
-def test_a_node_built_without_device_nodes_fails_nodes_and_nvml(tmp_path):
+def test_a_node_built_without_device_nodes_warns_about_nodes_and_nvml(tmp_path):
     if os.geteuid() != 0:
         import pytest
 
         pytest.skip("needs root (ldconfig -r, and GpuNode's other setup)")
     bare = GpuNode(tmp_path, device_nodes=False, mig=False)
-    failed = {f.id for f in problems(bare.doctor())}
-    assert {"devices.nodes", "driver.nvml", "cdi.fresh"} <= failed
+    found = {f.id: f.status for f in problems(bare.doctor())}
+    assert found["devices.nodes"] == found["driver.nvml"] == "warn"
+    assert "cdi.fresh" not in found  # a spec's nodes carry their numbers: runtimes make them
 
 
 def _without_dev_root(node) -> None:
@@ -113,8 +116,8 @@ def test_nodes_only_in_the_host_dev_say_to_set_the_dev_root(node, tmp_path, monk
     os.makedirs(node.path("dev"))
     monkeypatch.setattr(devices, "HOST_ROOT", str(host))
     nodes = one(node.doctor(), "devices.nodes")
-    assert nodes.status == "fail"
-    assert nodes.seen.endswith("(containers get no GPU; dev root: the driver root, as nvct.dev-root is not set)")
+    assert nodes.status == "warn"
+    assert "(dev root: the driver root, as nvct.dev-root is not set). Containers still get them" in nodes.seen
     assert nodes.fix == f"nvct config -c {node.config} --set nvct.dev-root=/ -i (the nodes are in the host's /dev)"
 
 

@@ -54,8 +54,8 @@ def test_no_gpu_in_procfs_warns(node):
 def test_nvml_failing_to_initialize_names_the_device_nodes(node):
     os.unlink(node.path("dev/nvidiactl"))  # the mock NVML then reports the driver as not loaded
     nvml = one(node.doctor(), "driver.nvml")
-    assert nvml.status == "fail"
-    assert "NVML does not load or initialize" in nvml.seen and "Driver Not Loaded" in nvml.seen
+    assert nvml.status == "warn"  # the host's NVML only: containers get their nodes made (test_verdicts.py)
+    assert "NVML on this host does not initialize" in nvml.seen and "Driver Not Loaded" in nvml.seen
     assert "devices.nodes" in nvml.fix
 
 
