@@ -108,7 +108,7 @@ def check_chain(ctx: Context):
     more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
     seen = "; ".join(f"{p} ({problems[p]})" for p in shown)
     yield fail(ID, f"a non-root user can change what runs as root at the next GPU container start: {seen}{more}",
-               _fix(problems))
+               _fix(problems, trees))
 
 
 def chain(ctx: Context) -> tuple[set[str], set[str]]:
@@ -116,7 +116,9 @@ def chain(ctx: Context) -> tuple[set[str], set[str]]:
     path_env = ctx.options.default_path
     trees: set[str] = set()
     files: set[str] = set()
-    programs = {p for p in (shutil.which(name, path=path_env) for name in PROGRAMS) if p}
+    here = os.path.dirname(os.path.abspath(sys.argv[0] or "")) if sys.argv else ""  # a pip or toolkit bin dir
+    programs = {p for p in (shutil.which(name, path=f"{path_env}:{here}") for name in PROGRAMS) if p}
+    programs |= {p for p in (os.path.join(here, name) for name in PROGRAMS) if here and os.path.isfile(p)}
     programs |= set(_engine_programs(ctx))
     if ctx.config is not None:
         programs |= {p for p in _config_programs(ctx) if p}
@@ -155,19 +157,24 @@ def _note(problems: dict, path: str, above: bool = False) -> None:
         problems[path] = why
 
 
-def _fix(problems: dict) -> str:
-    owned = [p for p, why in sorted(problems.items()) if why.startswith("owned")]
-    writable = [p for p, why in sorted(problems.items()) if "writable" in why]
-    other = [p for p, why in sorted(problems.items()) if p not in owned and p not in writable]
-    steps = []
-    if owned:
-        steps.append("chown root:root " + " ".join(shlex.quote(p) for p in owned[:_SHOWN]))
-    if writable or owned:
-        steps.append("chmod go-w " + " ".join(shlex.quote(p) for p in (owned + writable)[:_SHOWN]))
+def _fix(problems: dict, trees: set) -> str:
+    """chown/chmod commands: a whole tree at once (``-R``) where the problem is inside one."""
+    def target(path: str) -> str:
+        return next((t for t in sorted(trees) if path == t or path.startswith(t + "/")), path)
+
+    owned = sorted({target(p) for p, why in problems.items() if why.startswith("owned")})
+    loose = sorted({target(p) for p, why in problems.items() if not why.startswith("not a file")})
+    other = sorted(p for p, why in problems.items() if why.startswith("not a file"))
+
+    def cmd(words: str, paths: list) -> str:
+        recursive = "-R " if any(p in trees for p in paths) else ""
+        return f"{words.replace(' ', ' ' + recursive, 1)} " + " ".join(shlex.quote(p) for p in paths[:_SHOWN])
+
+    steps = ([cmd("chown root:root", owned)] if owned else []) + ([cmd("chmod go-w", loose)] if loose else [])
     if other:
         steps.append("remove " + " ".join(shlex.quote(p) for p in other[:_SHOWN]))
     fix = " && ".join(steps)
-    if len(problems) > _SHOWN:
+    if max(len(owned), len(loose), len(other)) > _SHOWN:
         fix += " (and the same for the rest: nvct doctor --json lists them)"
     return fix + "; then find out who changed them"
 
