@@ -5,7 +5,8 @@ nvct's programs are still there, as ``python3 -I -m nvct.uninstall``:
 
 * every engine config ``nvct runtime configure`` changed (docker, containerd,
   cri-o, the OCI hook file; :mod:`nvct.runtimes.configured`) is unconfigured
-  from its undo record, so no engine keeps a runtime that runs a removed program;
+  from its undo record, so no engine keeps a runtime that runs a removed program
+  (what a running ``nvct toolkit install`` changed stays: it runs its own copy);
 * CDI specs under ``/var/run/cdi`` whose hooks run nvct's programs (what the
   package's ``nvidia-cdi-refresh`` unit generates) are removed;
 * anything else that still names nvct's programs (a runtime entry nvct did not
@@ -65,6 +66,8 @@ def undo_configured() -> list[str]:
         except NvctError as e:
             lines.append(f"could not undo the {engine} configuration in {path}: {e}; "
                          f"remove its NVIDIA runtime by hand")
+            continue
+        if change.keep_record:  # only an installer's changes (its own SIGTERM undoes them)
             continue
         lines += [f"{path}: {note}" if not note.startswith(path) else note for note in change.notes]
         restart = f" ({_RESTART[engine]} to apply)" if engine in _RESTART else ""

@@ -10,10 +10,9 @@ ones -- configured by environment variables (``RUNTIME``, ``ROOT``,
 
 An operand (``nvidia-toolkit DIR``) is the toolkit install directory.
 The older entry also reads ``RUNTIME_ARGS``: extra flags, split on blanks.
-For containerd, unless a restart mode is given (``RUNTIME_RESTART_MODE``,
-``CONTAINERD_RESTART_MODE``, ``--restart-mode``), containerd is restarted
-through the host's systemd: the operator relies on the installer
-restarting it, and containerd does not reload on SIGHUP.
+The restart modes are the reference's defaults (docker and containerd
+``signal``, cri-o ``systemd``): a node without systemd must not fail an
+install that the reference completes.
 """
 
 from __future__ import annotations
@@ -38,31 +37,9 @@ def main(argv: list[str] | None = None) -> int:
             flags.append(arg)
     if prog == "nvidia-toolkit":
         flags += os.environ.get("RUNTIME_ARGS", "").split()
-    if _containerd(flags) and not _restart_mode_given(flags):
-        # The operator counts on the reference's SIGHUP restarting containerd; nvct restarts it through
-        # the host's systemd instead (containerd 1.6/1.7 do not reload on SIGHUP).
-        flags.append("--restart-mode=systemd")
     from nvct.cli import main as nvct_main
 
     return nvct_main(["toolkit", "install", *flags])
-
-
-def _containerd(flags: list[str]) -> bool:
-    runtime = os.environ.get("RUNTIME", "docker")
-    for i, arg in enumerate(flags):
-        if arg in ("--runtime", "-r") and i + 1 < len(flags):
-            runtime = flags[i + 1]
-        elif arg.startswith("--runtime="):
-            runtime = arg.split("=", 1)[1]
-    return runtime == "containerd"
-
-
-def _restart_mode_given(flags: list[str]) -> bool:
-    return any(a == "--restart-mode" or a.startswith("--restart-mode=") for a in flags) or any(
-        os.environ.get(name) for name in _RESTART_MODE_ENV)
-
-
-_RESTART_MODE_ENV = ("RUNTIME_RESTART_MODE", "CONTAINERD_RESTART_MODE")
 
 
 def _is_operand(argv: list[str], arg: str) -> bool:

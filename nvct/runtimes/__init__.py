@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from nvct.errors import ConfigError
-from nvct.runtimes.change import (BACKUP_SUFFIX, RECORD_SUFFIX, Change, FileChange, backup_path,
+from nvct.runtimes.change import (BACKUP_SUFFIX, CLI_OWNER, RECORD_SUFFIX, Change, FileChange, backup_path,
                                   file_change, load_record, merged_record, record_path,
                                   undo_from_record)
 from nvct.runtimes.containerd import ContainerdEngine
@@ -30,7 +30,7 @@ from nvct.runtimes.engine import Engine, Options, load_command_source, read_file
 from nvct.runtimes.ocihook import DEFAULT_HOOK_BINARY, hook_json, hook_spec
 
 __all__ = [
-    "BACKUP_SUFFIX", "RECORD_SUFFIX", "DEFAULT", "ENGINES", "Change", "FileChange", "Engine", "Options",
+    "BACKUP_SUFFIX", "CLI_OWNER", "RECORD_SUFFIX", "DEFAULT", "ENGINES", "Change", "FileChange", "Engine", "Options",
     "backup_path", "record_path", "configure", "unconfigure", "configure_hook", "unconfigure_hook",
     "open_engine", "low_level_runtime_paths", "hook_json", "DEFAULT_HOOK_BINARY",
 ]
@@ -84,8 +84,10 @@ def configure(engine: str, config_path: str | None = None,
               runtimes: Mapping[str, str] | None = None, *, set_default: str | None = None,
               cdi: bool = False, drop_in: Any = DEFAULT, config_source: str = "file",
               executable: str | None = None, options: Options | None = None,
-              dry_run: bool = False) -> Change:
-    """Add ``runtimes`` (name -> binary path) in one transaction; ``set_default`` names one of them."""
+              dry_run: bool = False, owner: str = CLI_OWNER) -> Change:
+    """Add ``runtimes`` (name -> binary path) in one transaction; ``set_default`` names one of them.
+
+    ``owner`` (the installer: its toolkit directory) is whose undo takes the change out again."""
     runtimes = dict(runtimes or {"nvidia": "/usr/bin/nvidia-container-runtime"})
     if set_default is not None and set_default not in runtimes:
         raise ConfigError(f"cannot make {set_default!r} the default runtime: it is not one being added")
@@ -105,15 +107,15 @@ def configure(engine: str, config_path: str | None = None,
     change = Change("configure", engine, eng.config_path, notes=list(eng.notes))
     change.files = [file_change(doc, backup=doc is eng.main) for doc in eng.documents()]
     change.notes += [note for doc in eng.documents() for note in doc.notes]
-    change.record = merged_record(load_record(eng.config_path), engine, change.files)
+    change.record = merged_record(load_record(eng.config_path), engine, change.files, owner)
     if not dry_run:
         change.apply()
     return change
 
 
 def unconfigure(engine: str, config_path: str | None = None, runtimes: Sequence[str] = ("nvidia",), *,
-                drop_in: Any = DEFAULT, dry_run: bool = False) -> Change:
-    """Undo what configure did to ``config_path`` (all of it, from nvct's record).
+                drop_in: Any = DEFAULT, dry_run: bool = False, owner: str | None = CLI_OWNER) -> Change:
+    """Undo what ``owner``'s configure did to ``config_path`` (from nvct's record; None: every owner's).
 
     Without a record (the files were configured by something else), ``runtimes``
     are removed by name, the default runtime is unset if it is one of them, and
@@ -123,7 +125,7 @@ def unconfigure(engine: str, config_path: str | None = None, runtimes: Sequence[
     path = config_path or cls.default_config
     record = load_record(path)
     if record is not None:
-        change = undo_from_record(record, path, read_file)
+        change = undo_from_record(record, path, read_file, owner)
     else:
         eng = open_engine(engine, path, drop_in=drop_in)
         if all(doc.original is None for doc in eng.documents()):
@@ -141,7 +143,7 @@ def unconfigure(engine: str, config_path: str | None = None, runtimes: Sequence[
 
 
 def configure_hook(hook_path: str, hook_binary: str = DEFAULT_HOOK_BINARY, *,
-                   dry_run: bool = False) -> Change:
+                   dry_run: bool = False, owner: str = CLI_OWNER) -> Change:
     """Write the OCI hooks.d file (its undo record is ``<hook>.nvct-undo``, not read as a hook)."""
     doc = JsonDocument(hook_path, read_file(hook_path), what="OCI hook", indent="  ")
     spec = hook_spec(hook_binary)
@@ -151,17 +153,17 @@ def configure_hook(hook_path: str, hook_binary: str = DEFAULT_HOOK_BINARY, *,
         doc.set((key,), value)
     change = Change("configure", "oci-hook", hook_path)
     change.files = [file_change(doc, backup=True)]
-    change.record = merged_record(load_record(hook_path), "oci-hook", change.files)
+    change.record = merged_record(load_record(hook_path), "oci-hook", change.files, owner)
     if not dry_run:
         change.apply()
     return change
 
 
-def unconfigure_hook(hook_path: str, *, dry_run: bool = False) -> Change:
-    """Put back what was at ``hook_path`` before (usually: nothing)."""
+def unconfigure_hook(hook_path: str, *, dry_run: bool = False, owner: str | None = CLI_OWNER) -> Change:
+    """Put back what was at ``hook_path`` before ``owner`` wrote it (usually: nothing)."""
     record = load_record(hook_path)
     if record is not None:
-        change = undo_from_record(record, hook_path, read_file)
+        change = undo_from_record(record, hook_path, read_file, owner)
     else:
         current = read_file(hook_path)
         change = Change("unconfigure", "oci-hook", hook_path,

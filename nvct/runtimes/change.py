@@ -2,15 +2,20 @@
 
 Configuring writes, beside the main config ``F``:
 
-* ``F.nvct.bak`` -- ``F`` as it was before nvct first changed it (kept once made);
-* ``F.nvct-undo`` -- JSON: for every file nvct wrote, its content before nvct
-  touched it (or that it did not exist), a digest of what nvct wrote, and each
-  key nvct changed with its old value.
+* ``F.nvct.bak`` -- ``F`` as it was before nvct first changed it: made only when no
+  nvct run has written ``F`` yet (so it never holds nvct's own entries), and removed
+  when the last change nvct recorded is undone;
+* ``F.nvct-undo`` -- JSON, in layers, one per owner and run of changes (``nvct runtime
+  configure``; one ``nvct toolkit install`` and its restarts): for every file a layer
+  wrote, its content before that layer (or that it did not exist), what the layer last
+  wrote, and each key it changed with its old value.
 
-Unconfiguring a file that still holds exactly what nvct wrote puts the old
-bytes back (byte-identical; a file nvct created is removed). A file edited by
-someone since is reverted key by key: only keys that still hold nvct's value
-are restored, the rest are left alone and reported. Drop-in files get no
+An undo belongs to its owner: it takes out that owner's layers and no other's, so an
+installer that fails puts back the files as it found them, including what ``nvidia-ctk
+runtime configure`` wrote before it. A file that still holds exactly what the layer last
+wrote gets the layer's original bytes back (a file it created is removed). A file edited
+by someone since is reverted key by key: only keys that still hold the layer's values are
+restored; the rest, and what was changed since, are kept and named. Drop-in files get no
 ``.bak`` (CRI-O would parse it); their old content lives in the record.
 
 The record is written before the configs, so a crash in between leaves a
@@ -24,7 +29,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from nvct.errors import ConfigError
 from nvct.fileutil import write_atomic
@@ -33,7 +38,11 @@ from nvct.runtimes.document import Document, Edit, JsonDocument, TomlDocument, s
 
 BACKUP_SUFFIX = ".nvct.bak"
 RECORD_SUFFIX = ".nvct-undo"
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+#: The owner of the changes ``nvct runtime configure`` (and ``nvidia-ctk runtime configure``) makes.
+CLI_OWNER = "nvct runtime configure"
+#: What nvct cannot tell (a file's content before nvct, when someone else edited it in between).
+UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN"})()
 
 
 def backup_path(path: str) -> str:
@@ -92,6 +101,11 @@ class Change:
     record: dict | None = None
     #: Directories configure created, removed again if empty (innermost first).
     dirs_to_remove: list = field(default_factory=list)
+    #: unconfigure: the record is left as it is (nothing of the owner's was in it).
+    keep_record: bool = False
+    #: unconfigure of the last layer: the main config before nvct first changed it (None: it did
+    #: not exist), or :data:`UNKNOWN`.
+    backup_original: Any = UNKNOWN
 
     @property
     def changed(self) -> bool:
@@ -112,21 +126,24 @@ class Change:
             _makedirs(record_path(self.anchor))
             _write_record(record_path(self.anchor), self.record)
             configured.add(self.anchor, self.engine)
+        elif self.keep_record:
+            return
         for f in self.files:
             if f.changed:
                 _write(f)
         if self.action == "unconfigure":
-            _remove(record_path(self.anchor))
-            configured.remove(self.anchor)
-            self._drop_stale_backup()
+            _write_record(record_path(self.anchor), self.record)
+            if self.record is None:
+                configured.remove(self.anchor)
+                self._drop_backup()
             for directory in self.dirs_to_remove:
                 try:
                     os.rmdir(directory)
                 except OSError:
                     pass  # not empty (or gone): someone else uses it
 
-    def _drop_stale_backup(self) -> None:
-        """The backup is only worth keeping while it differs from the config."""
+    def _drop_backup(self) -> None:
+        """No nvct change is left: the backup goes, unless it is the only copy of the config before nvct."""
         bak = backup_path(self.anchor)
         try:
             with open(bak, "rb") as f:
@@ -135,13 +152,17 @@ class Change:
             return
         try:
             with open(self.anchor, "rb") as f:
-                current = f.read()
+                current: bytes | None = f.read()
         except FileNotFoundError:
             current = None
-        if saved == current:
-            os.unlink(bak)
-        else:
-            self.notes.append(f"kept {bak}: the config as it was before nvct first changed it")
+        if saved != current and (saved == self.backup_original or self.backup_original is UNKNOWN):
+            self.notes.append(f"kept {bak}: {self.anchor} as it was before nvct first changed it "
+                              f"(it was changed since by someone else; compare, then remove the backup)")
+            return
+        _remove(bak)
+        if saved != current:
+            self.notes.append(f"removed {bak}: it did not hold {self.anchor} as it was before nvct "
+                              f"(an older nvct saved its own entries there)")
 
 
 def _write(f: FileChange) -> None:
@@ -177,6 +198,7 @@ def _remove(path: str) -> None:
 
 
 def load_record(anchor: str) -> dict | None:
+    """The record beside ``anchor`` (a version 1 record becomes one layer of no known owner)."""
     path = record_path(anchor)
     try:
         with open(path, "rb") as f:
@@ -187,10 +209,16 @@ def load_record(anchor: str) -> dict | None:
         raise ConfigError(f"{path}: cannot read nvct's undo record: {e.strerror}") from None
     try:
         record = json.loads(raw)
-        if record.get("nvct-undo") != RECORD_VERSION or not isinstance(record.get("files"), list):
+        if record.get("nvct-undo") == 1 and isinstance(record.get("files"), list):
+            record = {"nvct-undo": RECORD_VERSION, "engine": record.get("engine", ""),
+                      "layers": [{"owner": None, "files": record["files"]}]}
+        if record.get("nvct-undo") != RECORD_VERSION or not isinstance(record.get("layers"), list):
             raise ValueError("unknown format")
-        for entry in record["files"]:
-            entry["edits"] = [Edit.from_json(e) for e in entry.get("edits", [])]
+        for layer in record["layers"]:
+            if not isinstance(layer.get("files"), list):
+                raise ValueError("a layer without files")
+            for entry in layer["files"]:
+                entry["edits"] = [Edit.from_json(e) for e in entry.get("edits", [])]
     except (ValueError, AttributeError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: nvct's undo record is unreadable ({e}); "
                           f"remove it to unconfigure without it") from None
@@ -202,7 +230,8 @@ def _write_record(path: str, record: dict | None) -> None:
         _remove(path)
         return
     out = dict(record)
-    out["files"] = [dict(e, edits=[x.to_json() for x in e["edits"]]) for e in record["files"]]
+    out["layers"] = [dict(layer, files=[dict(e, edits=[x.to_json() for x in e["edits"]]) for e in layer["files"]])
+                     for layer in record["layers"]]
     text = json.dumps(out, indent=2, default=str) + "\n"
     try:
         write_atomic(path, text, mode=0o600)
@@ -210,10 +239,24 @@ def _write_record(path: str, record: dict | None) -> None:
         raise ConfigError(f"{path}: cannot write nvct's undo record: {e.strerror or e}") from None
 
 
-def merged_record(old: dict | None, engine: str, files: list) -> dict:
-    """The record after a configure: the first original of each file is kept."""
-    entries = {e["path"]: e for e in (old or {}).get("files", [])}
-    order = [e["path"] for e in (old or {}).get("files", [])]
+def merged_record(old: dict | None, engine: str, files: list, owner: str = CLI_OWNER) -> dict:
+    """The record after ``owner`` configured ``files``.
+
+    The owner's layer on top of the record takes the change (its first original is kept: a
+    killed installer's successor restores what the first one found); otherwise a new layer
+    goes on top, whose originals are the files as they are now. A file some layer already
+    wrote gets no ``.bak``: that would be nvct's own content, not the config before nvct.
+    """
+    layers = [dict(layer) for layer in (old or {}).get("layers", [])]
+    touched = {e["path"] for layer in layers for e in layer["files"]}
+    for f in files:
+        if f.path in touched:
+            f.backup = False
+    if not layers or layers[-1].get("owner") != owner:
+        layers.append({"owner": owner, "files": []})
+    top = layers[-1]
+    entries = {e["path"]: e for e in top["files"]}
+    order = [e["path"] for e in top["files"]]
     for f in files:
         if not f.changed:
             continue
@@ -230,10 +273,13 @@ def merged_record(old: dict | None, engine: str, files: list) -> dict:
         else:
             original, edits = None, merge_edits(entry["edits"], f.edits)  # edited by someone else
         entries[f.path] = {"path": f.path, "format": f.format, "original": original,
-                           "written": digest(f.after), "edits": edits}
+                           "written": digest(f.after), "written_text": _text(f.after), "edits": edits}
         if created_dirs:
             entries[f.path]["created_dirs"] = created_dirs
-    return {"nvct-undo": RECORD_VERSION, "engine": engine, "files": [entries[p] for p in order]}
+    top["files"] = [entries[p] for p in order]
+    if not top["files"]:
+        layers.pop()
+    return {"nvct-undo": RECORD_VERSION, "engine": engine, "layers": layers}
 
 
 def merge_edits(old: list, new: list) -> list:
@@ -273,40 +319,137 @@ def _original_bytes(original: dict) -> bytes | None:
     return original["text"].encode("utf-8") if original.get("exists") else None
 
 
-def undo_from_record(record: dict, anchor: str, read: Callable[[str], bytes | None]) -> Change:
-    """Plan putting back every file the record lists (latest written first)."""
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def owners(record: dict) -> list:
+    """The owners of a record's layers, bottom first (None: a version 1 record's)."""
+    return [layer.get("owner") for layer in record["layers"]]
+
+
+def _owned(layer: dict, owner: str | None) -> bool:
+    """``owner`` None undoes every layer; a layer of no known owner is anyone's."""
+    return owner is None or layer.get("owner") in (owner, None)
+
+
+def undo_from_record(record: dict, anchor: str, read: Callable[[str], bytes | None],
+                     owner: str | None = None) -> Change:
+    """Plan undoing ``owner``'s layers (all with None), latest first; other owners' layers stay.
+
+    Each file is compared with what the layer last wrote: when it is unchanged the layer's
+    original comes back byte for byte; otherwise only the layer's keys that still hold its
+    values are reverted, and what changed since (by someone else) is kept and named.
+    """
+    layers = record["layers"]
+    mine = [i for i, layer in enumerate(layers) if _owned(layer, owner)]
     change = Change("unconfigure", record.get("engine", ""), anchor)
-    for entry in reversed(record["files"]):
-        path = entry["path"]
-        current = read(path)
-        original = entry.get("original")
-        restored = _original_bytes(original) if original is not None else None
-        if original is not None and digest(current) == entry["written"]:
-            after = restored
-        elif original is not None and current == restored:
-            after = current
-        elif current is None:
-            after = None
-            change.notes.append(f"{path}: removed since nvct configured it; nothing to undo")
-        elif original is not None and not original.get("exists") and os.path.abspath(path) != os.path.abspath(anchor):
-            # A drop-in nvct created: its import goes with the main file's undo, and a file
-            # left behind (unimported, its version line reverted) would only mislead.
-            after = None
-            change.notes.append(f"{path}: changed since nvct created it; removed it all the same "
-                                f"(nvct's drop-in; keep settings in {anchor})")
-        else:
-            doc = _document(entry["format"], path, current)
-            skipped = doc.undo(entry["edits"])
-            if original is not None and not original.get("exists") and doc.is_empty():
-                doc.remove = True
-            after = doc.render()
-            change.notes += doc.notes
-            change.notes.append(f"{path}: changed since nvct configured it; reverted nvct's keys only")
-            change.notes += [f"{path}: left {key} alone: changed since nvct set it" for key in skipped]
-        change.files.append(FileChange(path, entry["format"], current, after))
-        if after is None:
-            change.dirs_to_remove += list(reversed(entry.get("created_dirs", [])))
+    if not mine:
+        change.record, change.keep_record = record, True
+        change.notes.append(f"{anchor}: nvct's undo record holds no change of {owner}'s (only of "
+                            f"{', '.join(str(o) for o in owners(record))}): nothing to undo")
+        return change
+    remaining = [layer for i, layer in enumerate(layers) if i not in mine]
+    before: dict = {}
+    after: dict = {}
+    formats: dict = {}
+    for i in reversed(mine):
+        above = [layer for layer in layers[i + 1:] if any(layer is r for r in remaining)]
+        if above:
+            # Another owner's changes build on these (its drop-in, its imports): they go together.
+            _absorb(above[0], layers[i])
+            change.notes.append(f"{anchor}: {above[0].get('owner')} changed it after {layers[i].get('owner')} "
+                                f"did; the earlier changes are undone with its own")
+            continue
+        for entry in reversed(layers[i]["files"]):
+            path = entry["path"]
+            if path not in before:
+                before[path] = after[path] = read(path)
+            formats[path] = entry["format"]
+            shared = any(path == e["path"] for layer in remaining for e in layer["files"])
+            after[path] = _undo_entry(change, entry, anchor, after[path], shared)
+            if after[path] is None:
+                change.dirs_to_remove += list(reversed(entry.get("created_dirs", [])))
+    change.files = [FileChange(path, formats[path], before[path], after[path]) for path in before]
+    change.record = dict(record, layers=remaining) if remaining else None
+    bottom = next((e for layer in layers for e in layer["files"] if e["path"] == anchor), None)
+    if not remaining and bottom is not None and bottom.get("original") is not None:
+        change.backup_original = _original_bytes(bottom["original"])
     return change
+
+
+def _undo_entry(change: Change, entry: dict, anchor: str, current: bytes | None, shared: bool) -> bytes | None:
+    """What one layer's undo leaves of one file (``shared``: another layer that stays touches it)."""
+    path = entry["path"]
+    original = entry.get("original")
+    restored = _original_bytes(original) if original is not None else None
+    if original is not None and digest(current) == entry["written"]:
+        return restored
+    if original is not None and current == restored:
+        return current
+    if current is None:
+        change.notes.append(f"{path}: removed since nvct configured it; nothing to undo")
+        return None
+    others = _changed_keys(entry, current)
+    if original is not None and not original.get("exists") and not shared and \
+            os.path.abspath(path) != os.path.abspath(anchor):
+        # A drop-in nvct created: its import goes with the main file's undo, and a file
+        # left behind (unimported, its version line reverted) would only mislead.
+        change.notes.append(f"{path}: changed since nvct created it{others}; removed it all the same "
+                            f"(nvct's drop-in; keep settings in {anchor})")
+        return None
+    doc = _document(entry["format"], path, current)
+    skipped = doc.undo(entry["edits"])
+    if original is not None and not original.get("exists") and doc.is_empty():
+        doc.remove = True
+    change.notes += doc.notes
+    change.notes.append(f"{path}: changed since nvct last wrote it{others}; kept those changes and "
+                        f"reverted nvct's own keys only")
+    change.notes += [f"{path}: left {key} alone: changed since nvct set it" for key in skipped]
+    return doc.render()
+
+
+def _changed_keys(entry: dict, current: bytes) -> str:
+    """`` (changed: a, b.c)``: the keys whose values differ from what nvct last wrote ('' if unknown)."""
+    written = entry.get("written_text")
+    if written is None:
+        return ""
+    try:
+        old = _document(entry["format"], entry["path"], written.encode("utf-8")).data()
+        new = _document(entry["format"], entry["path"], current).data()
+    except ConfigError:
+        return ""
+    keys = _diff_keys(old, new, ())
+    if not keys:
+        return " (formatting or comments only)"
+    shown = ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+    return f" (by someone else: {shown})"
+
+
+def _diff_keys(a: Any, b: Any, prefix: tuple) -> list:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in list(a) + [k for k in b if k not in a]:
+            if key not in a or key not in b:
+                out.append(".".join(prefix + (str(key),)))
+            else:
+                out += _diff_keys(a[key], b[key], prefix + (str(key),))
+        return out
+    return [] if same(a, b) else [".".join(prefix) or "(the whole file)"]
+
+
+def _absorb(upper: dict, lower: dict) -> None:
+    """``upper`` takes over ``lower``'s changes: its undo puts back the files as they were before both."""
+    entries = {e["path"]: e for e in upper["files"]}
+    for old in lower["files"]:
+        entry = entries.get(old["path"])
+        if entry is None:
+            upper["files"].insert(0, old)
+            continue
+        entry["edits"] = merge_edits(old["edits"], entry["edits"])
+        entry["original"] = old["original"] if entry.get("original") is not None else None
+        if old.get("created_dirs"):
+            entry["created_dirs"] = old["created_dirs"]
 
 
 def _document(fmt: str, path: str, raw: bytes | None) -> Document:

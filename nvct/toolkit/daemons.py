@@ -112,3 +112,14 @@ def systemctl_restart(service: str, host_root: str = "/") -> list[str]:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         raise DaemonError(f"{' '.join(argv)}: exit status {proc.returncode}" + (f": {err[-1]}" if err else ""))
     return argv
+
+
+#: What systemctl says when no systemd runs to answer it (no bus, not booted with systemd).
+_NO_SYSTEMD = ("Failed to connect to bus", "has not been booted with systemd", "No such file or directory")
+
+
+def systemd_reachable(host_root: str, failure: str = "") -> bool:
+    """Whether systemd manages the host (sd_booted's test), judged also by systemctl's ``failure``."""
+    if any(text in failure for text in _NO_SYSTEMD):
+        return False
+    return os.path.isdir(os.path.join(host_root or "/", "run/systemd/system"))

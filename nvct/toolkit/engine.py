@@ -46,9 +46,14 @@ class EngineSetup:
         self.layout = layout
         self.log = log
         self.runtimes = layout.runtimes(opts.nvidia_runtime_name)
+        #: Whose layer of the undo record this installer's changes are: its and its successors'
+        #: (a restarted installer takes over a killed one's), never ``nvct runtime configure``'s.
+        self.owner = f"nvct toolkit install {layout.root}"
         self._change = None
         #: time.monotonic() of this installer's own restart of the daemon (None: it did not restart it).
         self.restarted_at: float | None = None
+        #: Whether the daemon was told of this installer's config (else its undo tells it nothing).
+        self._applied = False
 
     # --- what the installed config needs from the engine ---
     def low_level_runtimes(self) -> list[str]:
@@ -65,7 +70,7 @@ class EngineSetup:
         """Write the engine's config (and the undo record beside it)."""
         opts = self.opts
         if self._hook_mode:
-            self._report(runtimes.configure_hook(self._hook_file, self.layout.hook))
+            self._report(runtimes.configure_hook(self._hook_file, self.layout.hook, owner=self.owner))
             return
         drop_in = runtimes.DEFAULT if opts.drop_in_config is None else opts.drop_in_config
         if opts.runtime == "docker" and opts.drop_in_config:
@@ -80,7 +85,7 @@ class EngineSetup:
                 container_annotations=[p + "*" for p in opts.cdi_annotation_prefixes],
                 runtime_overrides=opts.runtime_config_override,
                 drop_in_host_path=opts.drop_in_config_host_path),
-            **self._source())
+            owner=self.owner, **self._source())
         self._report(change)
         self._change = change
 
@@ -103,6 +108,7 @@ class EngineSetup:
                          f"installer, see {marker}): not restarting it")
                 return
         self._apply(signal_attempts=self.opts.signal_attempts, configured=True)
+        self._applied = True
         if self.opts.restart_mode == "systemd":
             self.restarted_at = time.monotonic()
             if digest is not None:
@@ -112,13 +118,16 @@ class EngineSetup:
         """Put the engine's config back as it was, and make the daemon forget the runtimes."""
         opts = self.opts
         if self._hook_mode:
-            self._report(runtimes.unconfigure_hook(self._hook_file))
+            self._report(runtimes.unconfigure_hook(self._hook_file, owner=self.owner))
             return
         drop_in = runtimes.DEFAULT if opts.drop_in_config is None or opts.runtime == "docker" else opts.drop_in_config
-        change = runtimes.unconfigure(opts.runtime, opts.config, tuple(self.runtimes), drop_in=drop_in)
+        change = runtimes.unconfigure(opts.runtime, opts.config, tuple(self.runtimes), drop_in=drop_in,
+                                      owner=self.owner)
         self._report(change)
         _remove(self._restart_marker)
-        if opts.runtime == "docker" and opts.restart_mode == "signal":
+        if not self._applied:
+            self.log(f"{opts.runtime} was not told of the config this installer wrote: not telling it again")
+        elif opts.runtime == "docker" and opts.restart_mode == "signal":
             self._reload_docker_after_removal()
         else:
             self._apply(signal_attempts=1, configured=False)
@@ -131,7 +140,13 @@ class EngineSetup:
                      f"when it next restarts")
             return
         if opts.restart_mode == "systemd":
-            argv = daemons.systemctl_restart(opts.service, opts.host_root)
+            try:
+                argv = daemons.systemctl_restart(opts.service, opts.host_root)
+            except daemons.DaemonError as e:
+                if not daemons.systemd_reachable(opts.host_root, str(e)):
+                    raise daemons.DaemonError(f"{e}; no systemd runs on the host: set {_instead(opts.runtime)} "
+                                              f"and restart {opts.runtime} yourself") from None
+                raise
             self.log(f"restarted {opts.service}: {' '.join(argv)}")
         elif opts.runtime == "containerd":
             self.log(f"containerd does not reload its config on SIGHUP: restart containerd to apply "
@@ -246,6 +261,12 @@ class EngineSetup:
             self.log(f"{change.anchor}: already as wanted")
         for path in change.written:
             self.log(f"{'removed' if not os.path.exists(path) else 'wrote'} {path}")
+
+
+def _instead(engine: str) -> str:
+    """The restart mode to set where systemd cannot restart ``engine``, as variable and flag."""
+    mode = "signal" if engine == "docker" else "none"
+    return f"RUNTIME_RESTART_MODE={mode} (--restart-mode={mode})"
 
 
 def _read(path: str) -> str | None:

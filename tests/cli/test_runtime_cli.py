@@ -190,7 +190,9 @@ def test_containerd_unconfigure_removes_the_drop_in_it_created_even_after_it_was
     drop_in.write_text(drop_in.read_text().replace("SystemdCgroup = false", "SystemdCgroup = true"))
     rc, _, err = nvct(capsys, "unconfigure", "--runtime", "containerd", "--config", str(config))
     assert rc == 0
-    assert f"nvct: {drop_in}: changed since nvct created it; removed it all the same (nvct's drop-in; keep " \
-           f"settings in {config})\n" in err
+    cri = "plugins.io.containerd.grpc.v1.cri.containerd.runtimes"
+    assert f"nvct: {drop_in}: changed since nvct created it (by someone else: {cri}.runc.options.SystemdCgroup, " \
+           f"{cri}.nvidia.options.SystemdCgroup); removed it all the same (nvct's drop-in; keep " \
+           f"settings in {config})\n" in err, err
     assert config.read_text() == CONTAINERD_V2
     assert sorted(os.listdir(tmp_path)) == ["config.toml"]  # no drop-in, no conf.d, no backup, no record

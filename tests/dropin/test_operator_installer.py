@@ -100,6 +100,9 @@ def operator_env(installer: Installer, containerd, sim_node, systemd: FakeSystem
         "NVIDIA_DEV_ROOT": roots["dev_root"],
         "NVCT_PROC_ROOT": roots["proc_root"],
         "HOST_ROOT_MOUNT": "/",
+        # The entry programs keep the reference's default (signal, which containerd ignores): the
+        # restart through the host's systemd is asked for, as a ClusterPolicy's toolkit env does.
+        "RUNTIME_RESTART_MODE": "systemd",
         **extra,
     }
 

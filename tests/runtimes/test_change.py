@@ -27,7 +27,9 @@ def test_configure_writes_backup_and_record_beside_the_config(daemon_json):
     assert (daemon_json.parent / "daemon.json.nvct.bak").read_bytes() == DAEMON_JSON
     record = load_record(str(daemon_json))
     assert record["engine"] == "docker"
-    [entry] = record["files"]
+    [layer] = record["layers"]
+    assert layer["owner"] == runtimes.CLI_OWNER
+    [entry] = layer["files"]
     assert entry["original"] == {"exists": True, "text": DAEMON_JSON.decode()}
     assert oct(os.stat(daemon_json.parent / "daemon.json.nvct-undo").st_mode & 0o777) == "0o600"
 
@@ -66,7 +68,8 @@ def test_edits_by_others_are_kept_and_only_nvcts_keys_reverted(daemon_json):
     assert json.loads(daemon_json.read_text()) == {
         "log-driver": "json-file", "default-runtime": "runc", "runtimes": {"kata": {"path": "/usr/bin/kata"}},
         "debug": True}
-    assert any("reverted nvct's keys only" in n for n in change.notes)
+    assert any("by someone else: runtimes.kata, debug)" in n and "reverted nvct's own keys only" in n
+               for n in change.notes), change.notes
     assert any("kept" in n and "nvct.bak" in n for n in change.notes)
 
 
