@@ -223,6 +223,7 @@ _EXTENSION_MAGIC = 0xEAA42174
 _TAG_GENERATOR, _TAG_GLIBC_HWCAPS = 0, 1
 _MAX_EXTENSIONS = 64
 _HWCAP_EXTENSION = 1 << 30  # the upper 32 bits of an entry's hwcap for a glibc-hwcaps entry
+_ISA_LEVEL_MASK = 0x3FF  # ... but for these, the x86 ISA level ldconfig records there
 
 
 def add(data: bytes, entries: list[Entry], *, source: str = "ld.so.cache") -> bytes:
@@ -235,9 +236,12 @@ def add(data: bytes, entries: list[Entry], *, source: str = "ld.so.cache") -> by
     dropped. Everything else — entries, strings, the generator and
     glibc-hwcaps extensions — is kept, its offsets moved. ``data`` itself
     when the loader finds every entry there already. Raises
-    :class:`CacheError` for a cache this cannot patch exactly (the old or
-    compat format, a foreign byte order, an unknown extension, strings outside
-    the string table); the caller then runs ldconfig.
+    :class:`CacheError` for a cache this cannot patch exactly, that is one
+    that glibc's loader might read differently before and after the patch
+    (the old or compat format, a foreign byte order, strings outside the
+    string table, entries out of the loader's order, extensions glibc would
+    ignore, pick among or read overlapped: :func:`_extensions`); the caller
+    then runs ldconfig, which writes the whole cache afresh.
     """
     if not data.startswith(_NEW_MAGIC):
         raise CacheError(f"{source}: not a new-format cache")
@@ -249,6 +253,9 @@ def add(data: bytes, entries: list[Entry], *, source: str = "ld.so.cache") -> by
     strings_end = strings_start + len_strings
     if strings_end > len(data):
         raise CacheError(f"{source}: string table past end")
+    # Every string then ends inside the table, as it did before the new strings followed it.
+    if len_strings and data[strings_end - 1]:
+        raise CacheError(f"{source}: string table does not end in a NUL")
     old = list(struct.iter_unpack("=iIIIQ", memoryview(data)[_NEW_HEADER_SIZE:strings_start]))
     for _, key, value, _, _ in old:
         if not (strings_start <= key < strings_end and strings_start <= value < strings_end):
@@ -265,6 +272,7 @@ def add(data: bytes, entries: list[Entry], *, source: str = "ld.so.cache") -> by
         return row[5] if row[5] is not None else text(row[1])
 
     rows = [o + (None,) for o in old]  # (flags, key, value, osversion, hwcap, name of a new row)
+    _check_order([text(row[1]) for row in old], source)
     # New strings go after the old ones; each key shares its value's bytes (a basename).
     blob = bytearray()
     new = {}  # row -> its value
@@ -275,6 +283,7 @@ def add(data: bytes, entries: list[Entry], *, source: str = "ld.so.cache") -> by
             raise CacheError(f"{source}: new entry {e.key!r} is not its path's basename")
         if (value, e.flags) in seen:
             continue
+        _check_order([key], source)
         seen.add((value, e.flags))
         new[(e.flags, len(blob) + len(value) - len(key), len(blob), e.osversion, e.hwcap, key)] = value
         blob += value + b"\0"
@@ -359,31 +368,65 @@ def _lookup(rows: list, key: bytes, flags: int, name):
 
 def _extensions(data: bytes, offset: int, strings_start: int, strings_end: int,
                 source: str) -> list[tuple[int, tuple[int, int, int]]]:
-    """The extension sections as (index, (tag, offset, size)), all checked to lie after the strings."""
+    """The extension sections as (index, (tag, offset, size)), each checked to be read by glibc as it is moved.
+
+    glibc's ``cache_extension_load`` ignores every extension at a misaligned
+    directory, takes the last section of a tag when one repeats, and drops a
+    glibc-hwcaps section that is empty or misaligned; it allows sections
+    anywhere in the file, overlapping each other. The patch moves each
+    section and rewrites the string offsets in a glibc-hwcaps one, so it
+    takes only what it moves exactly: after the directory, inside the file,
+    one of each known tag, none overlapping another, a glibc-hwcaps section
+    glibc would use, its names inside the string table.
+    """
     if offset == 0:
         if data[strings_end:].strip(b"\0"):
             raise CacheError(f"{source}: data after the string table but no extension")
         return []
-    if offset < strings_end or offset + 8 > len(data) or data[strings_end:offset].strip(b"\0"):
+    if offset % 4 or offset < strings_end or offset + 8 > len(data) or data[strings_end:offset].strip(b"\0"):
         raise CacheError(f"{source}: extension directory out of place")
     magic, count = struct.unpack_from("=II", data, offset)
     if magic != _EXTENSION_MAGIC or count > _MAX_EXTENSIONS or offset + 8 + 16 * count > len(data):
         raise CacheError(f"{source}: bad extension directory")
     out = []
+    spans = []
     for index in range(count):
         tag, _, at, size = struct.unpack_from("=IIII", data, offset + 8 + 16 * index)
         if at < offset + 8 + 16 * count or at + size > len(data):
             raise CacheError(f"{source}: extension section out of place")
+        if tag not in (_TAG_GENERATOR, _TAG_GLIBC_HWCAPS):
+            raise CacheError(f"{source}: unknown extension {tag}")
+        if any(tag == other for _, (other, _, _) in out):
+            raise CacheError(f"{source}: extension {tag} twice (glibc reads only the last)")
+        if any(at < end and begin < at + size for begin, end in spans):
+            raise CacheError(f"{source}: extension sections overlap")
         if tag == _TAG_GLIBC_HWCAPS:
-            if size % 4:
+            if not size or size % 4 or at % 4:
                 raise CacheError(f"{source}: bad glibc-hwcaps extension")
             for (name,) in struct.iter_unpack("=I", data[at:at + size]):
                 if not strings_start <= name < strings_end:
                     raise CacheError(f"{source}: glibc-hwcaps name outside the string table")
-        elif tag != _TAG_GENERATOR:
-            raise CacheError(f"{source}: unknown extension {tag}")
+        spans.append((at, at + size))
         out.append((index, (tag, at, size)))
     return out
+
+
+def _check_order(names: list[bytes], source: str) -> None:
+    """Refuse names the loader's binary search may not find the same way in a longer table.
+
+    The search (glibc's ``search_cache``) keeps finding every old name after
+    rows are inserted only where the table is sorted (descending by
+    :func:`libcmp`) and the order is a real one: a run of ten or more digits
+    wraps in C's ``int`` and can make it cyclic.
+    """
+    if b"0" * 10 in b"\0".join(names).translate(_DIGITS):
+        raise CacheError(f"{source}: a name with a run of ten or more digits")
+    for a, b in zip(names, names[1:]):
+        if a != b and libcmp(a, b) < 0:
+            raise CacheError(f"{source}: entries out of the loader's order ({a!r} before {b!r})")
+
+
+_DIGITS = bytes(48 if 48 <= c <= 57 else c for c in range(256))  # every digit -> '0'
 
 
 def _precedes(row: tuple, name, new: tuple) -> bool:
@@ -398,7 +441,7 @@ def _precedes(row: tuple, name, new: tuple) -> bool:
         return order > 0
     if row[0] != new[0]:
         return row[0] > new[0]
-    if row[4] >> 32 == _HWCAP_EXTENSION:
+    if (row[4] >> 32) & ~_ISA_LEVEL_MASK == _HWCAP_EXTENSION:
         return True
     return row[4] > new[4]
 
@@ -420,18 +463,14 @@ class _SortKey:
 
 
 def libcmp(a: bytes, b: bytes) -> int:
-    """glibc's ``_dl_cache_libcmp``: runs of digits compare as numbers (C ``int``, wrapping)."""
+    """glibc's ``_dl_cache_libcmp``: runs of digits compare as numbers (C ``int``, wrapping), bytes as signed chars."""
     if a == b:
         return 0
-    # Skip the common prefix (found by slice comparisons, in C), back to the start of a digit run
-    # it ends in: the walk below is then at the same place in both, as glibc's would be.
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
+    # Skip the common prefix (its length from the first differing bit of the two as integers, in
+    # C), back to the start of a digit run it ends in: the walk below is then at the same place
+    # in both, as glibc's would be.
+    size = min(len(a), len(b))
+    low = size - ((int.from_bytes(a[:size], "big") ^ int.from_bytes(b[:size], "big")).bit_length() + 7) // 8
     while low and 48 <= a[low - 1] <= 57:
         low -= 1
     i = j = low
@@ -448,11 +487,16 @@ def libcmp(a: bytes, b: bytes) -> int:
         elif 48 <= cb <= 57:
             return -1
         elif ca != cb:
-            return ca - cb
+            return _signed(ca) - _signed(cb)
         else:
             i += 1
             j += 1
-    return 0 - (b[j] if j < len(b) else 0)
+    return 0 - _signed(b[j] if j < len(b) else 0)
+
+
+def _signed(c: int) -> int:
+    """A byte as C's ``char`` on x86 (signed): glibc orders a byte over 127 before NUL."""
+    return c - 256 if c > 127 else c
 
 
 def _number(s: bytes, i: int) -> tuple[int, int]:

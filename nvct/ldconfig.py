@@ -261,9 +261,11 @@ def patched_cache(root: Rootfs, libraries: Sequence[str],
     flags ldconfig gives it (:func:`_library_entry`; the file is read in the
     root, or on the host through ``host_files``). The image's cache must be
     one glibc >= 2.32 wrote and :func:`nvct.ldcache.add` can patch exactly
-    (the loader's own search finding every new entry afterwards); anything
-    else (no cache, the old format, a path that is not an x86-64 or i386 ELF
-    library) is left to ldconfig. Reads only through the root, runs nothing.
+    (the loader's own search finding every new entry afterwards, and every
+    old one as before); anything else (no cache, the old format, a cache
+    glibc may read otherwise once patched, a path that is not an x86-64 or
+    i386 ELF library) is left to ldconfig, which writes the whole cache
+    afresh; a debug line says why. Reads only through the root, runs nothing.
     Skipping ldconfig also skips its rescan of the image's folders: entries
     the image's cache lacks stay missing, as they were before the start.
     """
@@ -284,7 +286,12 @@ def patched_cache(root: Rootfs, libraries: Sequence[str],
                 return None
             entries.append(found)
         return data, ldcache.add(data, entries, source=CACHE_PATH)
-    except (ContainerError, CacheError):
+    except CacheError as e:
+        from nvct.log import logger
+
+        logger.debug("%s: left to ldconfig", e)
+        return None
+    except ContainerError:
         return None
 
 

@@ -315,7 +315,8 @@ def test_a_restarted_container_cache_is_left_as_it_is(driver_image, monkeypatch)
 
 @needs_root
 @needs_ldconfig
-@pytest.mark.parametrize("change", ["no cache", "old format", "not an x86-64 library", "missing library"])
+@pytest.mark.parametrize("change", ["no cache", "old format", "glibc-hwcaps twice", "not an x86-64 library",
+                                    "missing library"])
 def test_ldconfig_runs_where_the_cache_cannot_be_patched_exactly(driver_image, built, monkeypatch, change):
     libraries = list(INJECTED)
     cache = driver_image / "etc/ld.so.cache"
@@ -323,6 +324,10 @@ def test_ldconfig_runs_where_the_cache_cannot_be_patched_exactly(driver_image, b
         cache.unlink()
     elif change == "old format":
         cache.write_bytes(b"ld.so-1.7.0\0" + bytes(4))
+    elif change == "glibc-hwcaps twice":  # glibc reads the last; a patch would move the shared bytes twice
+        from tests.test_ldcache import GEN, HW, _relaid
+
+        cache.write_bytes(_relaid(cache.read_bytes(), [GEN, HW, HW]))
     elif change == "not an x86-64 library":
         (driver_image / "usr/lib/libnvctbar.so.1").write_text("not ELF")
         libraries.append("/usr/lib/libnvctbar.so.1")
@@ -331,7 +336,9 @@ def test_ldconfig_runs_where_the_cache_cannot_be_patched_exactly(driver_image, b
     runs = _ldconfig_runs(monkeypatch)
     update_ldcache(str(driver_image), [LIBDIR], libraries=libraries)
     assert len(runs) == 1
-    assert f"libnvctfoo.so.1 (libc6,x86-64) => {LIBDIR}/libnvctfoo.so.1" in _cache_listing(driver_image)
+    listing = _cache_listing(driver_image)
+    assert f"libnvctfoo.so.1 (libc6,x86-64) => {LIBDIR}/libnvctfoo.so.1" in listing
+    assert 'hwcap: "x86-64-v2"' in listing  # ldconfig wrote the image's glibc-hwcaps entry afresh
 
 
 @pytest.mark.parametrize("name, pattern, expected", [

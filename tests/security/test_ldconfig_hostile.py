@@ -108,3 +108,27 @@ def test_without_the_procfs_detach_the_magic_link_escapes(tmp_path, shared_libra
 
     in_private_mount_namespace(work)
     assert os.readlink(host_lib / "libnvctfoo.so.1") == "libnvctfoo.so.1.0"
+
+
+@pytest.mark.containers
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_an_image_cache_the_patch_cannot_prove_still_runs(tmp_path, sim_node, runtime):
+    """An image whose ld cache names its glibc-hwcaps section four times over the same bytes
+    (glibc reads the last): a patch moved those bytes once per name and every dynamic program
+    crashed (SIGSEGV). Such a cache is left to ldconfig: the program runs, finds the image's
+    glibc-hwcaps library, and libcuda (jit-cdi mode, through the real runtime)."""
+    from tests.support.gpu_runs import need_runtime, run_gpu
+    from tests.test_ldcache import GEN, HW, HWLIB, LIBDIR, _relaid, hwcaps_image
+
+    need_runtime(runtime)
+    root = hwcaps_image(tmp_path / "image")
+    cache = os.path.join(root, "etc/ld.so.cache")
+    with open(cache, "rb") as f:
+        data = f.read()
+    with open(cache, "wb") as f:
+        f.write(_relaid(data, [GEN, HW, HW, HW, HW]))
+    result = run_gpu(tmp_path, sim_node, root, mode="jit-cdi", runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     command=f"dlopen-probe {HWLIB} libcuda.so.1")
+    assert result.ok, result.describe()
+    assert result.stdout.splitlines() == [f"ok {HWLIB} {LIBDIR}/glibc-hwcaps/x86-64-v2/{HWLIB}",
+                                          f"ok libcuda.so.1 {LIBDIR}/libcuda.so.1"], result.describe()
