@@ -3,9 +3,10 @@
 A device node in the container is useless unless the container's devices
 cgroup allows it. Under cgroup v1 that is a line like ``c 195:0 rw`` written
 to the container's ``devices.allow``. Under cgroup v2 device access is decided by
-the eBPF programs the runtime attached to the container's cgroup; nvct swaps
-each for a copy that allows the injected char devices first and then runs the
-runtime's own instructions unchanged (nvct.bpf, docs/cgroups.md).
+the eBPF programs attached to the container's cgroup; nvct swaps the
+runtime's for a copy that allows the injected char devices first and then
+runs the runtime's own instructions unchanged, and refuses, naming it, any
+other program that denies one of them (nvct.bpf, docs/cgroups.md).
 
 Paths come from the kernel (``/proc/<pid>/cgroup`` and this process's
 mountinfo), never from the container, and are checked to stay inside the
@@ -173,10 +174,17 @@ def _allow_v2(pid: int, rules: list[DeviceRule]) -> None:
     from nvct import bpf
 
     try:
-        bpf.allow_char_devices(directory, devices)
+        notes = bpf.allow_char_devices(directory, devices)
+    except bpf.PolicyError as e:
+        raise ContainerError(f"cgroup v2: {e}") from None
     except OSError as e:
         raise ContainerError(f"cgroup v2 device program of {directory}: "
                              f"{e.strerror or e}") from None
+    if notes:
+        from nvct.log import logger
+
+        for note in notes:
+            logger.warning("cgroup v2: %s", note)
 
 
 def _write_rules(path: str, lines: Sequence[str]) -> None:

@@ -69,6 +69,33 @@ def test_v2_grants_through_the_cgroup2_mount(monkeypatch, point):
     assert calls == [(f"{point}/system.slice/docker-abc.scope", [(195, 0), (195, 255)])]
 
 
+def test_v2_a_policy_program_that_denies_is_one_line_naming_it(monkeypatch):
+    from nvct import bpf
+
+    _fake(monkeypatch, ["0::/ctr"], [_cgroup2_mount("/sys/fs/cgroup")])
+    why = ("device program 7 (site_deny) on /sys/fs/cgroup/ctr, attached by someone other than the runtime, "
+           "denies c 195:0 r: a device policy nvct does not override")
+
+    def refuse(directory, devices):
+        raise bpf.PolicyError(why)
+
+    monkeypatch.setattr("nvct.bpf.allow_char_devices", refuse)
+    with pytest.raises(ContainerError) as info:
+        allow_devices(42, [("c", 195, 0, "rwm")])
+    assert str(info.value) == f"cgroup v2: {why}"
+
+
+def test_v2_a_policy_nvct_cannot_follow_is_a_warning(monkeypatch):
+    from nvct.log import logger
+
+    _fake(monkeypatch, ["0::/ctr"], [_cgroup2_mount("/sys/fs/cgroup")])
+    monkeypatch.setattr("nvct.bpf.allow_char_devices", lambda d, devs: ["device program 9 (x) ...; left as it is"])
+    warned = []
+    monkeypatch.setattr(logger, "warning", lambda msg, *args, **kw: warned.append(msg % args))
+    allow_devices(42, [("c", 195, 0, "rwm")])
+    assert warned == ["cgroup v2: device program 9 (x) ...; left as it is"]
+
+
 def test_unified_root_wins_over_v1_lines(monkeypatch):
     # The kernel lists v1 hierarchies in /proc/<pid>/cgroup even when only cgroup2 is mounted.
     _fake(monkeypatch, ["5:devices:/", "0::/ctr"], [_cgroup2_mount("/sys/fs/cgroup")])

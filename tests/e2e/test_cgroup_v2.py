@@ -163,6 +163,68 @@ def test_v2_hook_failure_reason_reaches_runc_error_line(tmp_path, sim_node, root
     _assert_nothing_left(cid)
 
 
+#: A prestart hook standing for an administrator's or a security agent's device policy: it
+#: attaches to the container's cgroup, next to the runtime's, a program in the runtime's own
+#: shape (BPF_F_ALLOW_MULTI: every program must allow) that denies char ``major:minor``.
+POLICY_HOOK = """#!{python}
+import json, os, sys
+from nvct import bpf, cgroups
+major, minor = (None if x == "*" else int(x) for x in sys.argv[1].split(":"))
+jumps = [(2, 2), (4, major)] + ([(5, minor)] if minor is not None else [])  # char, major, minor
+checks = [bpf.insn(0x55, reg, off=len(jumps) + 1 - i, imm=value) for i, (reg, value) in enumerate(jumps)]
+head = [(0x61, 2, 1, 0), (0x54, 2, 0, 0, 0xFFFF), (0x61, 3, 1, 0), (0x74, 3, 0, 0, 16), (0x61, 4, 1, 4),
+        (0x61, 5, 1, 8)]  # type, access, major, minor into r2-r5, as runc, crun and systemd start
+code = b"".join(bpf.insn(*i) for i in head) + b"".join(checks) + bpf.insn(0xB7, 0, imm=0) + bpf.insn(0x95) + \\
+    bpf.insn(0xB7, 0, imm=1) + bpf.insn(0x95)
+directory = cgroups.unified_cgroup_dir(json.load(sys.stdin)["pid"])
+cg = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+bpf.attach(cg, bpf.load(code, "site_policy"), bpf.F_ALLOW_MULTI)
+"""
+
+
+def _with_policy(tmp_path, bundle: str, device: str) -> None:
+    """The policy hook for ``device`` ('195:*') runs first among the bundle's prestart hooks."""
+    import sys
+
+    script = os.path.join(str(tmp_path), "policy-hook")
+    with open(script, "w") as f:
+        f.write(POLICY_HOOK.format(python=sys.executable))
+    os.chmod(script, 0o755)
+    with edit_config(bundle) as spec:
+        spec["hooks"]["prestart"].insert(0, {"path": script, "args": ["policy-hook", device]})
+
+
+def test_v2_a_policy_that_denies_the_gpu_is_not_overridden(tmp_path, sim_node, rootfs, v2_runc):
+    """A device program someone other than runc attached to the container's cgroup denies 195:*:
+    nvct does not rewrite it; the start fails with one line naming it."""
+    visible, injected = _cases(sim_node)["1,3"]
+    bundle, _ = _hook_bundle(tmp_path, sim_node, rootfs, visible, OPEN, sorted(injected), injected)
+    _with_policy(tmp_path, bundle, "195:*")
+    cid, result = _run(v2_runc, tmp_path, bundle)
+    assert result.rc != 0, result.describe()
+    line = [ln for ln in result.stderr.splitlines() if "error running hook" in ln]
+    assert line, result.describe()
+    assert "nvidia-container-runtime-hook: cgroup v2: device program " in line[0], result.describe()
+    assert "(site_policy)" in line[0] and "denies c 195:" in line[0], result.describe()
+    assert "a device policy nvct does not override" in line[0] and "Traceback" not in result.stderr
+    _assert_nothing_left(cid)
+
+
+def test_v2_a_policy_that_allows_the_gpu_is_kept(tmp_path, sim_node, rootfs, v2_runc):
+    """A policy that denies only another device (1:5, /dev/zero, which runc allows): the GPU is
+    granted through runc's program, and the policy still denies /dev/zero (never rewritten)."""
+    visible, injected = _cases(sim_node)["1,3"]
+    args = sorted(injected) + ["/probe/gpu", "/probe/mem", "/dev/null", "/dev/zero"]
+    bundle, _ = _hook_bundle(tmp_path, sim_node, rootfs, visible, OPEN, args, injected)
+    _with_policy(tmp_path, bundle, "1:5")
+    cid, result = _run(v2_runc, tmp_path, bundle)
+    seen = _lines(result)
+    assert {n: seen[n] for n in injected} == {n: "open" for n in injected}, result.stdout
+    assert seen["/dev/zero"] == "denied" and seen["/dev/null"] == "open", result.stdout
+    assert seen["/probe/gpu"] == "denied" and seen["/probe/mem"] == "denied", result.stdout
+    _assert_nothing_left(cid)
+
+
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
 @pytest.mark.parametrize("case", ["all", "1,3", "mig", "none"])
 def test_v1_hook_grants_exactly_the_injected_nodes(tmp_path, sim_node, rootfs, gpu_runtimes, runtime, case):
