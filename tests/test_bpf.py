@@ -263,3 +263,47 @@ def test_a_cgroup_without_programs_is_left_alone(cgroup):
 def test_a_program_the_verifier_refuses_is_one_line():
     with pytest.raises(bpf.BpfError, match="load device program: .*verifier"):
         bpf.load(bpf.insn(0x95))  # r0 never set
+
+
+def _verdicts_match_the_kernel(cgroup: str, nodes, code: bytes) -> None:
+    cg = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
+    fd = bpf.load(code, "nvct_test")
+    try:
+        bpf.attach(cg, fd, bpf.F_ALLOW_MULTI)
+        out = subprocess.run([sys.executable, "-c", _PROBE, cgroup, *(n[0] for n in nodes)],
+                             capture_output=True, text=True, check=True).stdout.split()
+        expected = []
+        for _, kind, major, minor in nodes:
+            for access in (bpf.ACC_READ, bpf.ACC_WRITE, bpf.ACC_READ | bpf.ACC_WRITE):
+                allowed = bpf.verdict(code, major, minor, access, kind=1 if kind == "b" else 2)
+                assert allowed is not None
+                expected.append("allowed" if allowed else "denied")
+        assert out == expected
+    finally:
+        bpf._bpf(9, bpf._attr(24, "<IIIII", cg, fd, bpf.ATTACH_CGROUP_DEVICE, 0, 0), "detach")  # BPF_PROG_DETACH
+        os.close(fd)
+        os.close(cg)
+
+
+I = bpf.insn
+#: Programs written other ways than a runtime compiles them (an agent's, a hand-written policy)
+HANDWRITTEN = {
+    "jset: no writes": [I(0x61, 3, 1, 0), I(0x77, 3, imm=16), I(0x45, 3, off=2, imm=4),  # r3 & WRITE
+                        I(0xB7, 0, imm=1), I(0x95), I(0xB7, 0, imm=0), I(0x95)],
+    "jmp32 range: majors 190-199 denied": [I(0x61, 4, 1, 4), I(0xA6, 4, off=3, imm=190), I(0x26, 4, off=2, imm=199),
+                                           I(0xB7, 0, imm=0), I(0x95), I(0xB7, 0, imm=1), I(0x95)],
+    "ld_imm64 and a 64-bit compare": [I(0x61, 2, 1, 4), I(0x67, 2, imm=32), I(0x18, 3, imm=0), I(0, imm=195),
+                                      I(0x5D, 2, 3, off=2),  # major << 32 != 195 << 32
+                                      I(0xB7, 0, imm=0), I(0x95), I(0xB7, 0, imm=1), I(0x95)],
+    "alu: xor, arsh, signed compare": [I(0x61, 5, 1, 8), I(0xA7, 5, imm=2), I(0x67, 5, imm=62), I(0xC7, 5, imm=62),
+                                       I(0xC5, 5, off=2, imm=0),  # (minor ^ 2) as a signed 2-bit field < 0
+                                       I(0xB7, 0, imm=1), I(0x95), I(0xB7, 0, imm=0), I(0x95)],
+    "a copied context pointer": [I(0xBF, 6, 1), I(0x61, 4, 6, 4), I(0x55, 4, off=2, imm=195),
+                                 I(0xB7, 0, imm=0), I(0x95), I(0xB7, 0, imm=1), I(0x95)],
+}
+
+
+@needs_cgroup2
+@pytest.mark.parametrize("name", sorted(HANDWRITTEN))
+def test_the_verdict_of_a_handwritten_program_is_the_kernels(cgroup, nodes, name):
+    _verdicts_match_the_kernel(cgroup, nodes, b"".join(HANDWRITTEN[name]))
