@@ -207,6 +207,7 @@ def test_v2_a_policy_that_denies_the_gpu_is_not_overridden(tmp_path, sim_node, r
     assert "nvidia-container-runtime-hook: cgroup v2: device program " in line[0], result.describe()
     assert "(site_policy)" in line[0] and "denies c 195:" in line[0], result.describe()
     assert "a device policy nvct does not override" in line[0] and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line
     _assert_nothing_left(cid)
 
 
