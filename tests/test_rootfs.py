@@ -90,6 +90,79 @@ def test_nul_in_path_is_rejected(root):
         root.exists("/a\0b")
 
 
+# -- the root itself --------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["root", "parent"])
+def test_a_root_path_through_a_symlink_is_refused(resolver, tmp_path, where):
+    """runc's rule, applied before anything is written: the link's target stays untouched."""
+    (tmp_path / "real/root").mkdir(parents=True)
+    if where == "root":
+        (tmp_path / "link").symlink_to(tmp_path / "real/root")
+        path = tmp_path / "link"
+    else:
+        (tmp_path / "via").symlink_to(tmp_path / "real")
+        path = tmp_path / "via/root"
+    with pytest.raises(rootfs.UnsafeRootError, match=f"container root {path}: its path leads through a symlink"):
+        Rootfs(path)
+
+
+def test_a_root_that_is_no_directory_is_refused(resolver, tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(rootfs.UnsafeRootError, match="not a directory"):
+        Rootfs(tmp_path / "file")
+
+
+def test_a_relative_root_path_is_refused(resolver):
+    with pytest.raises(rootfs.UnsafeRootError, match="not an absolute path"):
+        Rootfs("rootfs")
+
+
+@needs_root
+def test_a_root_is_owned_by_root_or_the_container_root_user(resolver, root_dir):
+    os.chown(root_dir, 4242, 4242)
+    with pytest.raises(rootfs.UnsafeRootError, match=f"container root {root_dir}: owned by uid 4242"):
+        Rootfs(root_dir)
+    with Rootfs(root_dir, owners=(4242,)) as root:  # the uid a user namespace maps to root
+        assert root.exists("/")
+
+
+def test_the_root_stays_the_one_opened(root, root_dir, tmp_path):
+    """A swap of the root's path after opening changes nothing: every operation starts from the fd."""
+    (tmp_path / "other").mkdir()
+    root_dir.rename(tmp_path / "moved")
+    (tmp_path / "other").rename(root_dir)
+    root.write_file("/f", b"x")
+    assert (tmp_path / "moved/f").read_bytes() == b"x"
+    assert not (root_dir / "f").exists()
+
+
+def test_a_failed_replace_leaves_no_temporary(root, root_dir, monkeypatch):
+    (root_dir / "f").write_text("old")
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(rootfs.os, "write", full)
+    with pytest.raises(ContainerError, match="No space left"):
+        root.write_file("/f", b"new", replace=True)
+    monkeypatch.undo()
+    assert sorted(p.name for p in root_dir.iterdir()) == ["f"]
+    assert (root_dir / "f").read_text() == "old"
+
+
+def test_sweep_removes_only_this_files_stale_temporaries(root, root_dir):
+    stale = [".f.nvct-0123456789ab", ".f.nvct-ffffffffffff"]
+    kept = [".f.nvct-short", ".g.nvct-0123456789ab", ".f.nvct-0123456789abc", "f.nvct-0123456789ab"]
+    for name in stale + kept:
+        (root_dir / name).write_text("")
+    (root_dir / ".f.nvct-aaaaaaaaaaaa").mkdir()  # never removed: not what a write leaves
+    root.write_file("/f", b"x", replace=True, sweep=True)
+    assert sorted(p.name for p in root_dir.iterdir()) == sorted(["f", ".f.nvct-aaaaaaaaaaaa", *kept])
+    root.write_file("/g", b"x", replace=True)  # without sweep: nothing else goes
+    assert (root_dir / ".g.nvct-0123456789ab").exists()
+
+
 # -- directories, files, symlinks ------------------------------------------
 
 

@@ -1,0 +1,191 @@
+"""A container root whose path a non-root user controls, through the real runtimes.
+
+``root.path`` under a directory an unprivileged user owns (podman's
+``--rootfs ~/rootfs`` run by root, or any engine whose root path has such a
+directory): the owner swaps the root with a symlink to a host directory
+(renameat2 RENAME_EXCHANGE in a loop) while root starts GPU containers, or
+with a directory of her own. A ``root.path`` that simply is a symlink (or has
+one in its path) is the same without the race. The shim and the hooks write
+through one root opened once, without following a symlink in any component,
+and owned as the engine would own it: the host tree (a full root the writes
+would fit in) and the owner's own directory must stay exactly as they were,
+and nothing may stay mounted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+import pytest
+
+from tests.security.conftest import snapshot
+from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.gpu_runs import MODES, mounts_under, need_runtime, refusal, run_gpu
+from tests.support.rootfs import make_rootfs
+
+pytestmark = pytest.mark.containers
+
+#: The unprivileged owner of the root's parent directory (no account needed).
+OWNER = 4242
+#: Starts per runtime while the owner swaps: 60 per mode (runc's and crun's together).
+STARTS = 30
+_RENAME_EXCHANGE = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _owned_parent(tmp_path, rootfs: str) -> str:
+    """``tmp_path/alice`` (the owner's, 0755) now holding the root-owned root."""
+    parent = tmp_path / "alice"
+    parent.mkdir()
+    os.chown(parent, OWNER, OWNER)
+    os.rename(rootfs, parent / "rootfs")
+    return str(parent)
+
+
+def _swapper(parent: str, other: str) -> int:
+    """A child that, as OWNER, exchanges ``parent/rootfs`` and ``parent/other`` forever.
+
+    Returns once the first exchange has been made (read from a pipe: no sleep).
+    """
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            fd = os.open(parent, os.O_PATH | os.O_DIRECTORY)  # its ancestors are root's 0700
+            os.setgroups([])
+            os.setresgid(OWNER, OWNER, OWNER)
+            os.setresuid(OWNER, OWNER, OWNER)
+            os.nice(19)  # it spins: the starts come first
+            a, b = b"rootfs", other.encode()
+            first = True
+            while True:
+                if _libc.renameat2(fd, a, fd, b, _RENAME_EXCHANGE) == 0 and first:
+                    os.write(ready_w, b"1")
+                    os.close(ready_w)
+                    first = False
+        finally:
+            os._exit(1)
+    os.close(ready_w)
+    try:
+        assert os.read(ready_r, 1) == b"1", "the owner could not swap the root"
+    except BaseException:
+        _stop(pid)
+        raise
+    finally:
+        os.close(ready_r)
+    return pid
+
+
+def _stop(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def _decoy(tmp_path, parent: str, kind: str) -> tuple[str, str]:
+    """(the name swapped with ``rootfs``, the directory no write may reach)."""
+    if kind == "link":  # a full root on the host, so every write would fit
+        host = make_rootfs(tmp_path, name="host")
+        os.symlink(host, os.path.join(parent, "evil"))
+        return "evil", host
+    own = make_rootfs(parent, name="own")  # the owner's directory, holding a root too
+    os.chown(own, OWNER, OWNER)
+    return "own", own
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("decoy", ["link", "own"])
+def test_root_swapped_by_its_owner_never_leads_a_write_out(tmp_path, sim_node, rootfs, runtime, mode, decoy):
+    need_runtime(runtime)
+    parent = _owned_parent(tmp_path, rootfs)
+    name, guarded = _decoy(tmp_path, parent, decoy)
+    before, identity = snapshot(guarded), os.lstat(guarded).st_ino
+    starts = STARTS if decoy == "link" else 8
+    results = []
+    swapper = _swapper(parent, name)
+    try:
+        for i in range(starts):
+            results.append(run_gpu(tmp_path, sim_node, os.path.join(parent, "rootfs"), mode=mode, runtime=runtime,
+                                   env=["NVIDIA_VISIBLE_DEVICES=0"], command="dlopen-probe libcuda.so.1",
+                                   name=f"b{i}"))
+    finally:
+        _stop(swapper)
+    if os.lstat(guarded).st_ino != identity:  # the owner's directory, stopped while swapped: swap it back
+        assert _libc.renameat2(-100, os.path.join(parent, "rootfs").encode(), -100,
+                               os.path.join(parent, name).encode(), _RENAME_EXCHANGE) == 0
+    assert not nvct_writes(before, snapshot(guarded), mode), sum(r.ok for r in results)
+    assert not mounts_under(str(tmp_path))
+    for result in results:
+        if result.ok:  # it ran in the real root, with its GPU
+            assert result.stdout.startswith("ok libcuda.so.1 /"), result.describe()
+        elif not result.stdout.startswith("fail libcuda.so.1"):  # the runtime lost the race: the swapped-in root
+            refusal(result, tmp_path)
+
+
+def nvct_writes(before: dict, after: dict, mode: str) -> list[str]:
+    """What changed in a guarded tree that nvct could have written, not the runtime.
+
+    The runtime resolves root.path again after nvct, so when it loses the race
+    itself it runs the container in the swapped-in directory and makes its
+    own changes there: /dev, mount points (directories; empty files for spec
+    mounts in jit-cdi and cdi mode), a moved directory's times. nvct writes
+    symlinks (the driver links), files with content (the ld cache, its conf
+    file) and, as the legacy hook, the empty targets of its bind mounts.
+    """
+    found = []
+    for path in sorted(set(after) | set(before)):
+        if after.get(path) == before.get(path) or path == "dev" or path.startswith("dev/"):
+            continue
+        kind = (after.get(path) or before[path])[0]
+        if kind == 0o040000:  # a directory: made or touched by the runtime (mount points)
+            continue
+        old, new = before.get(path), after.get(path)
+        if (kind == 0o100000 and old is None and new[4] == 0 and mode != "legacy"):
+            continue  # an empty mount target the runtime made for a spec mount
+        found.append(path)
+    return found
+
+
+def _symlinked(tmp_path, rootfs: str, kind: str) -> str:
+    """root.path (as the spec will hold it) leading to ``rootfs`` through a symlink."""
+    if kind == "absolute":
+        os.symlink(rootfs, tmp_path / "link")
+        return str(tmp_path / "link")
+    if kind == "relative":  # "rootfs" in the bundle: runc joins it to the bundle's path
+        os.makedirs(tmp_path / "bundle")
+        os.symlink(rootfs, tmp_path / "bundle/rootfs")
+        return str(tmp_path / "bundle/rootfs")
+    os.symlink(tmp_path, tmp_path / "via")  # a parent directory's link
+    return str(tmp_path / "via" / os.path.basename(rootfs))
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["absolute", "relative", "parent"])
+def test_a_symlinked_root_path_gets_nothing_written_in_its_target(tmp_path, sim_node, runtime, mode, kind):
+    need_runtime(runtime)
+    host = make_rootfs(tmp_path, name="host")
+    before = snapshot(host)
+    path = _symlinked(tmp_path, host, kind)
+    result = run_gpu(tmp_path, sim_node, path, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     command="dlopen-probe libcuda.so.1")
+    assert snapshot(host) == before, result.describe()
+    assert not mounts_under(str(tmp_path))
+    text = refusal(result, tmp_path)  # runc's own rule; nvct applies it under crun too
+    if mode != "legacy" or runtime == "crun":
+        assert "symlink" in text and path in text, result.describe()
+
+
+def test_a_root_owned_by_another_user_is_refused(tmp_path, sim_node, rootfs):
+    """The owner's own directory as root.path: no write into it (not owned as an engine owns a root)."""
+    need_runtime("runc")
+    os.chown(rootfs, OWNER, OWNER)
+    before = snapshot(rootfs)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode="jit-cdi", env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     command="dlopen-probe libcuda.so.1")
+    assert snapshot(rootfs) == before, result.describe()
+    text = refusal(result, tmp_path)
+    assert f"container root {rootfs}: owned by uid {OWNER}" in text, result.describe()
