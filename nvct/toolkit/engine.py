@@ -52,7 +52,8 @@ class EngineSetup:
         self._change = None
         #: time.monotonic() of this installer's own restart of the daemon (None: it did not restart it).
         self.restarted_at: float | None = None
-        #: Whether the daemon was told of this installer's config (else its undo tells it nothing).
+        #: Whether the daemon runs with (or was told of) this installer's config: else its undo
+        #: tells it nothing (a failed restart leaves the daemon on the config it had).
         self._applied = False
 
     # --- what the installed config needs from the engine ---
@@ -106,6 +107,7 @@ class EngineSetup:
             if digest is not None and _read(marker) == digest:
                 self.log(f"{self.opts.runtime} already runs with this config (restarted for it by an earlier "
                          f"installer, see {marker}): not restarting it")
+                self._applied = True
                 return
         self._apply(signal_attempts=self.opts.signal_attempts, configured=True)
         self._applied = True

@@ -164,8 +164,12 @@ class Installation:
 
     def _remove_files(self) -> None:
         if os.path.isdir(self.layout.root) and not os.path.islink(self.layout.root):
-            shutil.rmtree(self.layout.root)
-            self.log(f"removed {self.layout.root}")
+            from nvct.toolkit import standin  # stand-ins where running containers still name a wrapper
+
+            wrappers = list(self.layout.runtimes().values())
+            if not standin.remove_toolkit(self.layout.root, wrappers, standin.installed_runtimes(self.layout),
+                                          self.log):
+                self.log(f"removed {self.layout.root}")
 
     def _check_host(self) -> None:
         python = None if self.opts.bundled else self.opts.python

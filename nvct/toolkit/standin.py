@@ -1,0 +1,195 @@
+"""What a removed toolkit leaves for containers it started: stand-ins at the runtime paths.
+
+An engine records, per container, the runtime binary it was created with:
+containerd's runc shim (docker's too) keeps it in the bundle's
+``options.json`` (``binary_name``) and calls it again to kill, delete and ask
+the state of the container; CRI-O's conmon has it on its command line. Once
+the toolkit directory is gone, those calls fail (``fork/exec ...: no such
+file or directory``) and the container can be neither stopped nor deleted.
+
+So when the toolkit is removed while any process names one of its runtime
+wrappers, each of those wrappers is replaced by a stand-in: a few lines of
+sh, no Python and nothing else of the toolkit, that pass every call but
+``create``/``run`` to the first low-level runtime of the installed config (the
+one the shim itself would have picked), and refuse to create with one line.
+Everything else in the directory goes. The next install replaces the
+stand-ins with the real wrappers; :func:`prune` (``nvct doctor --fix``'s step)
+removes them once no process names them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+
+#: The first line of every stand-in (how :func:`prune` knows one).
+MARK = "# nvct stand-in:"
+
+
+def referencing(paths: list[str], proc: str = "/proc") -> dict[str, list[int]]:
+    """``path -> pids`` of the processes that still name one of ``paths`` as their runtime."""
+    wanted = {os.path.abspath(p) for p in paths}
+    found: dict[str, list[int]] = {}
+    try:
+        pids = [int(name) for name in os.listdir(proc) if name.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        for path in _named_by(os.path.join(proc, str(pid))) & wanted:
+            found.setdefault(path, []).append(pid)
+    return found
+
+
+def _named_by(process: str) -> set[str]:
+    """Runtime paths a process names: its shim bundle's ``options.json``, its arguments (conmon's ``-r``)."""
+    names: set[str] = set()
+    try:
+        with open(os.path.join(process, "cmdline"), "rb") as f:
+            names |= {a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a.startswith(b"/")}
+    except OSError:
+        return names
+    try:
+        with open(os.path.join(process, "cwd", "options.json"), "rb") as f:
+            options = json.loads(f.read(1 << 16))
+        binary = options.get("binary_name") or options.get("BinaryName") if isinstance(options, dict) else None
+        if isinstance(binary, str):
+            names.add(binary)
+    except (OSError, ValueError):
+        pass
+    return names
+
+
+def script(path: str, runtimes: list[str]) -> str:
+    """The stand-in at ``path``: ``runtimes`` (as the installed config lists them) for every call but create/run."""
+    candidates = " ".join(shlex.quote(r) for r in runtimes) or "runc"
+    return f"""#!/bin/sh
+{MARK} left at {path} when nvct's toolkit was removed while containers it
+# started still ran: their engines call this path to stop and delete them. Every call but
+# create/run goes to the low-level runtime; nothing is created. The next `nvct toolkit install`
+# replaces this file; `nvct doctor --fix` removes it once no container names it.
+skip= log= format=
+why="nvct was removed from this node; this stand-in only stops and deletes the containers it left running (install nvct again to start GPU containers)"
+for arg do
+    case $skip in
+        log) log=$arg; skip=; continue ;;
+        format) format=$arg; skip=; continue ;;
+        1) skip=; continue ;;
+    esac
+    case $arg in
+        --log|-log) skip=log ;;
+        --log=*|-log=*) log=${{arg#*=}} ;;
+        --log-format|-log-format) skip=format ;;
+        --log-format=*|-log-format=*) format=${{arg#*=}} ;;
+        --root|--criu|--rootless|--cgroup-manager|-root|-criu|-rootless|-cgroup-manager) skip=1 ;;
+        -*) ;;
+        create|run)
+            echo "$0: $why" >&2
+            # the engine reports what the runtime logged (runc's --log, in --log-format)
+            if [ -n "$log" ]; then
+                if [ "$format" = json ]; then
+                    printf '{{"level":"error","msg":"%s"}}\n' "$why" >> "$log"
+                else
+                    printf 'level=error msg="%s"\n' "$why" >> "$log"
+                fi
+            fi
+            exit 1 ;;
+        *) break ;;
+    esac
+done
+for runtime in {candidates}; do
+    case $runtime in
+        /*) [ -x "$runtime" ] && exec "$runtime" "$@" ;;
+        *) command -v "$runtime" >/dev/null 2>&1 && exec "$runtime" "$@" ;;
+    esac
+done
+echo "$0: none of {_dq(candidates)} is installed" >&2
+exit 1
+"""
+
+
+def remove_toolkit(root: str, wrappers: list[str], runtimes: list[str], log) -> list[str]:
+    """Remove the toolkit at ``root``, leaving stand-ins for the ``wrappers`` running containers name.
+
+    Returns the stand-ins left (none when no process names a wrapper: the directory goes whole).
+    """
+    needed = referencing(wrappers)
+    if not needed:
+        shutil.rmtree(root)
+        return []
+    for path in needed:
+        tmp = path + ".nvct-standin"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(script(path, runtimes))
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    keep = {os.path.relpath(p, root) for p in needed}
+    for name in os.listdir(root):
+        if name not in keep:
+            _remove(os.path.join(root, name))
+    for path, pids in sorted(needed.items()):
+        log(f"left a stand-in at {path}: running containers (shim pids {', '.join(map(str, pids))}) still "
+            f"need it to be stopped and deleted; the next install or `nvct doctor --fix` removes it")
+    return sorted(needed)
+
+
+def standins(root: str) -> list[str]:
+    """The stand-ins in the directory ``root``."""
+    out = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(256)
+        except OSError:
+            continue
+        if head.startswith(b"#!/bin/sh\n" + MARK.encode()):
+            out.append(path)
+    return out
+
+
+def prune(root: str) -> list[str]:
+    """Remove the stand-ins in ``root`` that no process names (and ``root`` once empty); those removed."""
+    found = standins(root)
+    needed = referencing(found)
+    removed = [p for p in found if p not in needed]
+    for path in removed:
+        os.unlink(path)
+    if removed and not os.listdir(root):
+        os.rmdir(root)
+    return removed
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _dq(value: str) -> str:
+    return "".join("\\" + c if c in '"$`\\' else c for c in value)
+
+
+def installed_runtimes(layout) -> list[str]:
+    """``nvidia-container-runtime.runtimes`` of the installed config (runc, crun when unreadable)."""
+    from nvct.config import parse_toml
+    from nvct.errors import NvctError
+
+    try:
+        with open(layout.config(), "rb") as f:
+            data = parse_toml(f.read(), layout.config())
+        found = data.get("nvidia-container-runtime", {}).get("runtimes")
+    except (OSError, NvctError, AttributeError):
+        found = None
+    if isinstance(found, list) and found and all(isinstance(r, str) for r in found):
+        return found
+    return ["runc", "crun"]
