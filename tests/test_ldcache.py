@@ -716,15 +716,22 @@ _SLOTS = st.sampled_from([GEN, HW] * 4 + [(2, 0, 0, 0), (1, 1, 4, 0), (1, 1, -4,
                                           (1, 0, 0, -8), (1, 1, 0, -4), (1, 1, 2, 0)])
 
 
+# An entry's hwcap: none, a glibc-hwcaps index (in range or not, with an x86 ISA level), legacy bits.
+_HWCAPS = st.sampled_from([0, 1 << 62, (1 << 62) | 1, (1 << 62) | (2 << 32), (1 << 62) | 7, 1 << 3])
+_FLAGS = st.sampled_from([X86_64, I386, 0x0001, 0x0A03])
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
-@example(descriptors=[GEN, HW, HW, HW, HW], dir_pad=0, payload_pad=0, swap=None, cut=False)  # the shared bytes moved 4x
-@example(descriptors=[GEN, HW, HW], dir_pad=0, payload_pad=0, swap=None, cut=False)
+@example(descriptors=[GEN, HW, HW, HW, HW], dir_pad=0, payload_pad=0, swap=None, cut=False,
+         retag=None)  # the shared bytes moved four times: SIGSEGV
+@example(descriptors=[GEN, HW, HW], dir_pad=0, payload_pad=0, swap=None, cut=False, retag=None)
 @given(descriptors=st.lists(_SLOTS, min_size=1, max_size=5), dir_pad=st.sampled_from([0, 0, 0, 2, 4]),
        payload_pad=st.sampled_from([0, 0, 2]), swap=st.none() | st.integers(min_value=0, max_value=200),
-       cut=st.sampled_from([False] * 5 + [True]))
+       cut=st.sampled_from([False] * 5 + [True]),
+       retag=st.none() | st.tuples(st.integers(min_value=0, max_value=200), _FLAGS, _HWCAPS))
 def test_an_image_that_worked_still_works_after_the_patch(loader_image, descriptors, dir_pad, payload_pad,
-                                                          swap, cut):
+                                                          swap, cut, retag):
     """Mutated extension directories and tables, as glibc accepts them: the loader (dlopen-probe
     in a chroot of the image) finds after the patch every library it found before, at the same
     path, and the injected one too; a cache the patch refuses is left to ldconfig."""
@@ -734,6 +741,10 @@ def test_an_image_that_worked_still_works_after_the_patch(loader_image, descript
     if swap is not None and nlibs > 1:  # two neighbours swapped: out of order
         i = 48 + 24 * (swap % (nlibs - 1))
         data[i:i + 48] = data[i + 24:i + 48] + data[i:i + 24]
+    if retag is not None and nlibs:  # one entry's flags and hwcap changed
+        i = 48 + 24 * (retag[0] % nlibs)
+        struct.pack_into(NATIVE + "i", data, i, retag[1])
+        struct.pack_into(NATIVE + "Q", data, i + 16, retag[2])
     if cut:  # the string table one byte short of its final NUL
         struct.pack_into(NATIVE + "I", data, 24, len_strings - 1)
     path = os.path.join(root, "etc/ld.so.cache")
