@@ -152,7 +152,8 @@ def _finish(change, engine: str, dry_run: bool) -> None:
             _note("no changes")
         return
     if not change.changed:
-        _note("no changes: the config is already as requested")
+        _note("no changes now" if change.action == "unconfigure" and change.notes
+              else "no changes: the config is already as requested")
         return
     for path in change.written:
         _note(f"{'removed' if not os.path.exists(path) else 'wrote'} {path}")

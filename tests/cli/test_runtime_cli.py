@@ -196,3 +196,30 @@ def test_containerd_unconfigure_removes_the_drop_in_it_created_even_after_it_was
            f"settings in {config})\n" in err, err
     assert config.read_text() == CONTAINERD_V2
     assert sorted(os.listdir(tmp_path)) == ["config.toml"]  # no drop-in, no conf.d, no backup, no record
+
+
+def test_no_backup_outlives_unconfigure_and_no_message_calls_nvcts_entry_the_original(tmp_path, capsys):
+    """No daemon.json, configure, then --set-as-default, then unconfigure (issue 23)."""
+    path = tmp_path / "daemon.json"
+    assert nvct(capsys, "configure", "--runtime", "docker", "--config", str(path))[0] == 0
+    assert nvct(capsys, "configure", "--runtime", "docker", "--config", str(path), "--set-as-default")[0] == 0
+    rc, _, err = nvct(capsys, "unconfigure", "--runtime", "docker", "--config", str(path))
+    assert rc == 0 and os.listdir(tmp_path) == []
+    assert err == f"nvct: removed {path}\nnvct: restart dockerd to apply (a reload keeps the removed runtime and " \
+                  f"default runtime)\n"
+
+
+def test_unconfigure_says_when_its_changes_go_with_a_later_installers(tmp_path, capsys):
+    from nvct import runtimes
+
+    path = tmp_path / "daemon.json"
+    assert nvct(capsys, "configure", "--runtime", "docker", "--config", str(path))[0] == 0
+    runtimes.configure("docker", str(path), {"nvidia": "/opt/toolkit/nvidia-container-runtime"},
+                       set_default="nvidia", owner="nvct toolkit install /opt/toolkit")
+    installed = path.read_bytes()
+    rc, _, err = nvct(capsys, "unconfigure", "--runtime", "docker", "--config", str(path))
+    assert rc == 0 and path.read_bytes() == installed
+    assert err == f"nvct: {path}: nvct toolkit install /opt/toolkit changed it after nvct runtime configure did; " \
+                  f"the earlier changes are undone with its own\nnvct: no changes now\n"
+    runtimes.unconfigure("docker", str(path), owner="nvct toolkit install /opt/toolkit")
+    assert os.listdir(tmp_path) == []

@@ -68,3 +68,27 @@ def test_prune_keeps_what_a_process_names(tmp_path, monkeypatch):
     monkeypatch.setattr(standin, "referencing", lambda paths: {kept: [7]} if kept in paths else {})
     assert standin.prune(str(root)) == [gone]
     assert sorted(os.listdir(root)) == ["nvidia-container-runtime", "unrelated"]
+
+
+def test_the_next_install_replaces_the_stand_ins(tmp_path, monkeypatch):
+    import sys
+
+    from nvct.toolkit import Installation, Options
+
+    opts = Options(install_dir=str(tmp_path / "install"), driver_root="/", python=sys.executable, host_root="/",
+                   no_runtime_config=True)
+    first = Installation(opts, lambda _m: None)
+    first.install()
+    runtime = first.layout.runtime()
+    monkeypatch.setattr(standin, "referencing", lambda paths: {runtime: [7]})
+    first.uninstall()
+    assert standin.standins(first.layout.root) == [runtime]
+    assert os.listdir(first.layout.root) == ["nvidia-container-runtime"]
+    monkeypatch.undo()
+    second = Installation(opts, lambda _m: None)
+    second.install()
+    assert standin.standins(second.layout.root) == []
+    with open(runtime) as f:
+        assert "nvct toolkit install" in f.read()
+    second.uninstall()
+    assert not os.path.exists(second.layout.root)
