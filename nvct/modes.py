@@ -95,8 +95,12 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
 
 def _into_spec(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config,
                runtime: str | None, prepare: str | None) -> None:
-    """jit-cdi's and cdi mode's edits into the spec: mount targets checked, nvct's hook chain done
-    now where it can be (:func:`_prepared`), else a read-only root left to the chain's end."""
+    """jit-cdi's and cdi mode's edits into the spec: mount targets checked (no volume under /proc),
+    nvct's hook chain done now where it can be (:func:`_prepared`), else a read-only root left to
+    the chain's end."""
+    from nvct import mounttargets
+
+    mounttargets.check_proc(spec, ocispec.rootfs(spec, bundle) if bundle else None)
     _check_targets(spec, edits, bundle)
     if not (prepare and _prepared(spec, edits, bundle, config, write=prepare == "write")):
         _read_only_root_last(spec, edits, runtime)

@@ -5,7 +5,7 @@ name, and the cache entries come from the driver's files on the host. So the
 shim writes them into the container's root itself, through :class:`Rootfs`
 exactly as the hook would, and the createContainer hook is left with the one
 step only the container's mount namespace allows (runc refuses spec mounts
-under /proc): masking the driver's params, a three-line sh script. That saves
+under /proc): masking the driver's params, a short sh script. That saves
 the hook's Python start, about 15 ms of every GPU container start.
 
 Whatever this cannot do exactly leaves the chain to the hook, unchanged: a
@@ -33,21 +33,27 @@ if TYPE_CHECKING:
 #: The chain steps the shim can do (the params step becomes the sh hook).
 _STEPS = {"create-symlinks", "enable-cuda-compat", "update-ldcache", "bind-mount",
           "disable-device-node-modification", "update-nvidia-params"}
-_PARAMS_STEPS = ("disable-device-node-modification", "update-nvidia-params")
 #: Mounts of kernel filesystems the runtime makes: never over a library folder or /etc.
 _KERNEL_MOUNTS = ("proc", "sys", "dev")
 #: The masked params, beside config.json: the engine removes the bundle with the container.
 PARAMS_FILE = "nvct-driver-params"
 #: $1: the container's root; $2: the masked params. The runtime's state on stdin is read
-#: first: crun fails the start when a hook exits before it has written it. /proc is the
-#: runtime's procfs by now: a symlink there (the image's) would lead the mount out of the
-#: root, so it is refused.
+#: first: crun fails the start when a hook exits before it has written it. Then the rule of
+#: nvct.hooks.steps.kernel_proc_path, in sh: the shell's working directory is the root's
+#: /proc, entered and checked (``$PWD``) to be reached without a link, so nothing below is
+#: looked up by the root's name again; driver, nvidia and params are no links, and params is
+#: on procfs (or is this process's own /proc file: a simulated node). ``mount -c`` hands the
+#: relative target to the kernel as it is. A volume there was refused by the shim already.
 MASK_SCRIPT = ('while IFS= read -r line; do :; done\n'
-               'dst=$1/proc/driver/nvidia/params\n'
-               'if [ -L "$1/proc" ]; then echo "nvct: $1/proc is a symlink: not masking the driver params" >&2; '
-               'exit 1; fi\n'
-               '[ -e "$dst" ] || exit 0\n'
-               'exec mount --bind -o ro "$2" "$dst"\n')
+               'r=${1%/}; p=driver/nvidia/params\n'
+               'no() { echo "nvct: $r/proc$1; not masking the driver params" >&2; exit 1; }\n'
+               'cd -P -- "$r/proc" 2>/dev/null || exit 0\n'
+               '[ "$PWD" = "$r/proc" ] || no ": reached through a symlink"\n'
+               'for q in driver driver/nvidia $p; do [ -L $q ] && no "/$q: a symlink"; done\n'
+               '[ -e $p ] || exit 0\n'
+               '[ "$(stat -f -c %t $p)" = 9fa0 ] || [ "$(stat -c %d:%i $p)" = "$(stat -c %d:%i /proc/$p 2>/dev/null)" ] '
+               '|| no "/$p: not on the kernel\'s procfs"\n'
+               'exec mount -c --bind -o ro "$2" $p\n')
 
 
 class Plan:
@@ -128,8 +134,10 @@ def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, 
     if checked is None:
         root.close()
         return None
+    from nvct.hooks.steps import PARAMS_STEPS
+
     params = None
-    if any(name in _PARAMS_STEPS for name, _ in steps):
+    if any(name in PARAMS_STEPS for name, _ in steps):
         params = _masked_params(proc_root)
     return Plan(chains[0], root, os.path.abspath(bundle), steps, *checked, params)
 

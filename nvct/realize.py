@@ -31,7 +31,7 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     ``devbind=False`` (configure's ``--no-devbind``) leaves the device nodes to
     the runtime's spec: only their cgroup access is granted.
     """
-    from nvct import cgroups, modes, namespaces, ocispec, privileges
+    from nvct import cgroups, modes, mounttargets, namespaces, ocispec, privileges
 
     if config.get("nvidia-container-cli.load-kmods"):
         from nvct import kmods
@@ -42,6 +42,7 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     modes.check_requirements(request, driver, config)
     privileges.drop_capabilities(KEEP_CAPS)
     rootfs = ocispec.root_path(rootfs, None) if rootfs else ocispec.rootfs(spec, bundle)
+    mounttargets.check_proc(spec, rootfs)  # no volume under the /proc we mask
     if not config.get("nvidia-container-cli.no-cgroups"):
         cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
     procfs = procfs_view(request, driver, injection.selection_for(request, driver, config))
@@ -67,16 +68,17 @@ def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bu
         for hook in edits.hooks:
             chain = injection.chain_steps(hook.args)
             if chain is not None:
-                chain = chain if compat else _without(chain, "enable-cuda-compat")
-                steps.run_chain(chain, ctx)
+                # params are masked by _mask_procfs's tmpfs already
+                drop = steps.PARAMS_STEPS if compat else (*steps.PARAMS_STEPS, "enable-cuda-compat")
+                steps.run_chain(_without(chain, drop), ctx)
 
 
-def _without(chain: list[str], name: str) -> list[str]:
-    """A hook chain less the steps called ``name`` (cuda-compat-mode = "disabled")."""
+def _without(chain: list[str], names: tuple[str, ...]) -> list[str]:
+    """A hook chain less the steps called one of ``names`` (cuda-compat-mode = "disabled")."""
     from nvct.injection import join_steps
     from nvct.hooks.steps import _split
 
-    return join_steps([step for step in _split(chain) if step[0] != name])
+    return join_steps([step for step in _split(chain) if step[0] not in names])
 
 
 def _bind(root, mount: Mount) -> None:
@@ -123,9 +125,12 @@ def _mask_procfs(root, driver: Driver, procfs) -> None:
     files (see :func:`procfs_view`), each bound read-only from the proc root. Other
     GPUs and their MIG capabilities, and ``capabilities/mig/{config,monitor}`` unless
     asked for, are not there at all. A container whose /proc has no driver/nvidia
-    (a host without the module) is left as it is.
+    (a host without the module) is left as it is; one that is not the kernel's is refused
+    (nvct.hooks.steps.kernel_proc_path).
     """
-    if not root.exists(_PROC_DRIVER):
+    from nvct.hooks.steps import kernel_proc_path
+
+    if not kernel_proc_path(root, _PROC_DRIVER):
         return
     from nvct import rootfs as rootfs_mod
 

@@ -183,6 +183,8 @@ def test_the_mask_script_reads_the_whole_state_before_it_exits(tmp_path):
 
 
 def test_the_mask_script_mounts_the_masked_params_read_only(tmp_path):
+    """The kernel's params: here this process's own /proc/driver, bound from the test's tree
+    (as on a simulated node; any other file that is not on procfs is refused)."""
     params = tmp_path / "root/proc/driver/nvidia/params"
     params.parent.mkdir(parents=True)
     params.write_text("ModifyDeviceFiles: 1\n")
@@ -190,6 +192,7 @@ def test_the_mask_script_mounts_the_masked_params_read_only(tmp_path):
     masked.write_text("ModifyDeviceFiles: 0\n")
 
     def run():
+        subprocess.run(["mount", "--bind", str(tmp_path / "root/proc/driver"), "/proc/driver"], check=True)
         result = _mask(tmp_path / "root", masked)
         seen = params.read_text()
         try:
@@ -212,7 +215,7 @@ def test_the_mask_script_refuses_an_image_proc_symlink(tmp_path):
     (tmp_path / "root").mkdir()
     (tmp_path / "root/proc").symlink_to("/proc")
     result = _mask(tmp_path / "root", tmp_path / "masked")
-    assert result.returncode == 1 and "is a symlink: not masking" in result.stderr
+    assert result.returncode == 1 and "reached through a symlink; not masking" in result.stderr
 
 
 def test_planning_writes_nothing(setup):

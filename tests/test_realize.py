@@ -6,6 +6,7 @@ procfs is plain files), so the masking is checked on a rootfs whose
 """
 
 import os
+import subprocess
 
 import pytest
 
@@ -18,6 +19,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mounts in
 
 
 def _mask_and_list(rootfs, driver, visible):
+    # Only the kernel's /proc/driver/nvidia is masked: this process's own, bound from the test's tree.
+    subprocess.run(["mount", "--bind", os.path.join(rootfs, "proc/driver"), "/proc/driver"], check=True)
     with Rootfs(rootfs) as root:
         realize._mask_procfs(root, driver, (visible, []))
     gpus = os.path.join(rootfs, "proc/driver/nvidia/gpus")

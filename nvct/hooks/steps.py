@@ -144,15 +144,66 @@ def create_soname_symlinks(args: _Args, ctx: HookContext) -> None:
     ldconfig.create_soname_links(ctx.root, args.all("folder"), **({"ldconfig": path} if path else {}))
 
 
+#: The driver's params, masked in every GPU container.
+PARAMS = "/proc/driver/nvidia/params"
+
+
 def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
-    """Mask the driver's params with ``ModifyDeviceFiles: 0`` so libcuda never mknods in the container."""
-    target = "/proc/driver/nvidia/params"
+    """Mask the driver's params with ``ModifyDeviceFiles: 0`` so libcuda never mknods in the container.
+
+    Only the kernel's file (:func:`kernel_proc_path`); a volume under /proc is refused first.
+    """
+    from nvct import mounttargets
+
+    mounttargets.check_proc(ctx.spec, ctx.rootfs)
     root = ctx.root
-    if not root.exists(target):
+    if not kernel_proc_path(root, PARAMS):
         return
-    masked = masked_params(root.read_file(target))
+    masked = masked_params(root.read_file(PARAMS))
     if masked is not None:
-        root.mount_data(target, masked)
+        root.mount_data(PARAMS, masked)
+
+
+def kernel_proc_path(root, path: str) -> bool:
+    """Whether ``path`` (under /proc) is there and is the kernel's: where a mask may go.
+
+    The one rule for every mask nvct mounts under /proc (nvct.prepare.MASK_SCRIPT
+    is this rule in sh): every component from the root down is opened without
+    following a link, and the last is on procfs, or is the very file this process
+    sees at ``path`` (a simulated node's /proc/driver, a plain directory). False
+    when it is not there; ContainerError for anything else (a link, a volume):
+    a mask there would cover that file, and through a shared mount the host's.
+    """
+    import stat
+
+    from nvct.errors import ContainerError
+    from nvct.rootfs import PROC_SUPER_MAGIC, fs_type
+
+    fd = os.dup(root.fileno())
+    try:
+        for part in path.strip("/").split("/"):
+            try:
+                nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            os.close(fd)
+            fd = nxt
+            st = os.fstat(fd)
+            if stat.S_ISLNK(st.st_mode):
+                raise ContainerError(f"{path} in container root {root.path}: reached through a symlink; "
+                                     "refusing to mask it")
+        if fs_type(fd) == PROC_SUPER_MAGIC:
+            return True
+        try:
+            own = os.stat(path)
+        except OSError:
+            own = None
+        if own is not None and (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino):
+            return True
+        raise ContainerError(f"{path} in container root {root.path}: not on the kernel's procfs (a volume?); "
+                             "refusing to mask it")
+    finally:
+        os.close(fd)
 
 
 def masked_params(current: bytes) -> bytes | None:
@@ -305,3 +356,6 @@ STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
     "bind-mount": bind_mount,
     "readonly-root": readonly_root,
 }
+
+#: The steps that mask the driver's params (the reference's two names).
+PARAMS_STEPS = tuple(name for name, step in STEPS.items() if step is disable_device_node_modification)

@@ -121,7 +121,8 @@ def test_both_names_of_the_params_hook_mask_modify_device_files(container_root, 
     root, state = container_root
     (root / "proc/driver/nvidia").mkdir(parents=True)
     (root / "proc/driver/nvidia/params").write_text("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n")
-    script = (f'"{CDI_HOOK}" {name} --container-spec="{state}" && '
+    # Only the kernel's params are masked: here this process's own /proc/driver, bound from the root.
+    script = (f'mount --bind "{root}/proc/driver" /proc/driver && "{CDI_HOOK}" {name} --container-spec="{state}" && '
               f'cat "{root}/proc/driver/nvidia/params"')
     proc = run(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
     assert proc.returncode == 0, proc.stderr

@@ -135,6 +135,28 @@ def test_an_image_proc_symlink_to_the_host_gets_no_params_mask(tmp_path, sim_nod
     assert snapshot(host) == before
     assert not result.ok, result.describe()
     if runtime == "runc":  # runc mounts its procfs through the link, inside the root; the mask hook refuses
-        assert "proc is a symlink: not masking the driver params" in result.stderr, result.describe()
+        assert "proc: reached through a symlink; not masking the driver params" in result.stderr, result.describe()
     else:  # crun refuses the link itself
         assert "proc" in result.stderr, result.describe()
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi", "cdi"])
+def test_lxcfs_files_under_proc_stay_allowed_beside_the_mask(tmp_path, sim_node, rootfs, mode, runtime):
+    """The files runc allows under /proc (LXCFS's) are no volume on the driver's path: a GPU container
+    keeps them, and its params are masked. Any other mount under /proc is refused
+    (tests/security/test_params_mask.py)."""
+    need_runtime(runtime)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 1024 kB\n")
+
+    def edit(spec: dict) -> None:
+        _host_proc(spec)
+        spec["mounts"].append({"destination": "/proc/meminfo", "type": "bind", "source": str(meminfo),
+                               "options": ["rbind", "ro"]})
+
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     command="cat /proc/meminfo; grep ModifyDeviceFiles /proc/driver/nvidia/params",
+                     wrapper=_private_proc(sim_node), edit=edit)
+    assert result.ok, result.describe()
+    assert result.stdout.splitlines() == ["MemTotal: 1024 kB", "ModifyDeviceFiles: 0"]

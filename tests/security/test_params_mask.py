@@ -1,0 +1,245 @@
+"""The driver params mask never lands on a host file, in every path, through runc and crun.
+
+Every GPU container gets the driver's ``/proc/driver/nvidia/params`` masked
+(``ModifyDeviceFiles: 0``): by the shim's sh hook (jit-cdi and cdi mode,
+nvct.prepare), by the chain hook's Python step (a CDI spec run by a CDI-aware
+engine, no shim), and by the legacy hook. A volume at ``/proc/driver`` (or over
+``/proc``) whose ``nvidia/params`` is a host file, or a link to one, must not
+get that mount: with ``rootfsPropagation: shared`` on a host whose ``/`` is
+shared (systemd), the mount would reach the host and stay after the container.
+
+The host is stood in for by a private mount namespace with ``/`` made rshared.
+After the container, that namespace must show no mount on the host files and
+their content unchanged; the start is refused with one line naming the mount
+(by the shim where it can tell from the spec and the image, else by the mask).
+The sh hook and the Python step are one rule (nvct.hooks.steps.kernel_proc_path),
+judged alike on every layout at the end.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from nvct.prepare import MASK_SCRIPT, PARAMS_FILE
+from tests.support.bundle import add_hook, edit_config, make_bundle
+from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.gpu_runs import NVCT, PATH_ENV, need_runtime, refusal, run_gpu
+from tests.support.runtimes import RUNTIMES, run_container
+
+pytestmark = pytest.mark.containers
+
+SECRET = "ModifyDeviceFiles: 1\nthe host's own file\n"
+#: How a volume leads the mask to a host file: its params is a link to one (absolute, or
+#: relative within the volume), or is one.
+KINDS = ("absolute", "relative", "file")
+#: Where the volume lands: at /proc/driver, over /proc, at /data with the image's /data ->
+#: /proc/driver, or at /data/x where x is a link to /proc/driver in an earlier volume at
+#: /data (no look at the spec and the image can tell: the mask itself must refuse).
+PLACES = ("driver", "proc", "redirect", "chain")
+#: The shim's modes; the Python step run by an engine from a CDI spec (no shim); the shim's
+#: sh mask hook alone (no shim in front to refuse the volume).
+PATHS = ("jit-cdi", "cdi", "legacy", "cdi-hook", "sh-hook")
+#: Places the shim's look at the spec and the image sees.
+SEEN = ("driver", "proc", "redirect")
+
+
+def _host(tmp_path, kind: str, place: str) -> tuple[str, str]:
+    """(the host tree, the volume's source), under tmp_path/host."""
+    host = tmp_path / "host"
+    host.mkdir()
+    secret = host / "secret"
+    secret.write_text(SECRET)
+    volume = host / "volume"
+    nvidia = volume / ("driver/nvidia" if place == "proc" else "nvidia")
+    nvidia.mkdir(parents=True)
+    if kind == "absolute":
+        os.symlink(str(secret), nvidia / "params")
+    elif kind == "relative":
+        (volume / "secret").write_text(SECRET)
+        os.symlink("../secret" if place != "proc" else "../../secret", nvidia / "params")
+    else:
+        (nvidia / "params").write_text(SECRET)
+    if place == "chain":
+        (host / "earlier").mkdir()
+        os.symlink("/proc/driver", host / "earlier/x")
+    return str(host), str(volume)
+
+
+def _volumes(place: str, host: str, source: str) -> list[dict]:
+    options = ["rbind", "rshared"]
+    if place == "chain":
+        return [{"destination": "/data", "type": "bind", "source": os.path.join(host, "earlier"), "options": options},
+                {"destination": "/data/x", "type": "bind", "source": source, "options": options}]
+    where = {"driver": "/proc/driver", "proc": "/proc", "redirect": "/data"}[place]
+    return [{"destination": where, "type": "bind", "source": source, "options": options}]
+
+
+def _systemd_host(host: str, report: str) -> list[str]:
+    """A private mount namespace with / rshared, ``host`` a mount of its own (a data disk: crun makes
+    the root's parent mount private); after the run, what that namespace shows of ``host``."""
+    script = ('mount --bind "$HOST" "$HOST" && mount --make-rshared / || exit 99\n'
+              '"$@"; rc=$?\n'
+              '[ -e "$REPORT" ] && exit $rc\n'  # the runtime's delete afterwards
+              'awk -v top="$HOST" \'index($5, top) == 1 && $5 != top { print "mounted:", $5 }\' '
+              '/proc/self/mountinfo > "$REPORT"\n'
+              'for f in $(find "$HOST" -type f); do echo "content: $f: $(tr "\\n" "|" < "$f")"; done >> "$REPORT"\n'
+              'exit $rc\n')
+    return ["/usr/bin/env", f"HOST={host}", f"REPORT={report}", "/usr/bin/unshare", "-m", "--propagation", "private",
+            "/bin/sh", "-c", script, "systemd-host"]
+
+
+def _assert_host_untouched(report: str) -> None:
+    with open(report) as f:
+        lines = f.read().splitlines()
+    assert not [line for line in lines if line.startswith("mounted:")], lines
+    contents = [line for line in lines if line.startswith("content:")]
+    assert contents and all(line.endswith(": " + SECRET.replace("\n", "|")) for line in contents), lines
+
+
+def _run(tmp_path, sim_node, rootfs, path: str, runtime: str, volumes: list[dict], wrapper: list[str]):
+    def edit(spec: dict) -> None:
+        spec["linux"]["rootfsPropagation"] = "shared"
+        if volumes[0]["destination"] == "/proc":
+            spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/proc"]
+        spec["mounts"] += volumes
+
+    command = "cat /proc/driver/nvidia/params"
+    if path in ("jit-cdi", "cdi", "legacy"):
+        return run_gpu(tmp_path, sim_node, rootfs, mode=path, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                       command=command, edit=edit, wrapper=wrapper)
+    bundle = make_bundle(str(tmp_path / "bundle"), rootfs, ["sh", "-c", command], env=[PATH_ENV])
+    with edit_config(bundle) as spec:
+        edit(spec)
+    if path == "cdi-hook":  # a CDI-aware engine runs the spec's hook itself
+        add_hook(bundle, "createContainer", NVCT, ["nvct", "hook", "chain", "disable-device-node-modification"],
+                 env=[PATH_ENV])
+    else:  # the shim's hook, as Plan.edit writes it
+        params = os.path.join(bundle, PARAMS_FILE)
+        with open(params, "w") as f:
+            f.write("ModifyDeviceFiles: 0\n")
+        add_hook(bundle, "createContainer", "/bin/sh", ["sh", "-c", MASK_SCRIPT, "nvct-mask-params", rootfs, params],
+                 env=[PATH_ENV])
+    return run_container([*wrapper, *RUNTIMES[runtime]], bundle)
+
+
+def _cases():
+    """What the volume holds matters to whoever masks; to the shim's refusal only where it is.
+    runc refuses every volume under /proc itself (its /proc rule): one kind there."""
+    for path in PATHS:
+        for place in PLACES:
+            for runtime in ("runc", "crun"):
+                for kind in KINDS if runtime == "crun" and path not in ("jit-cdi", "cdi") else ("file",):
+                    yield pytest.param(kind, place, path, runtime, id=f"{kind}-{place}-{path}-{runtime}")
+
+
+@pytest.mark.parametrize("kind, place, path, runtime", _cases())
+def test_a_proc_volume_never_gets_the_mask_on_a_host_file(tmp_path, sim_node, rootfs, kind, place, path, runtime):
+    """The host tree is untouched and the start refused, whoever masks (runc refuses most volumes itself)."""
+    need_runtime(runtime)
+    host, source = _host(tmp_path, kind, place)
+    if place == "redirect":
+        os.symlink("/proc/driver", os.path.join(rootfs, "data"))
+    report = str(tmp_path / "report")
+    result = _run(tmp_path, sim_node, rootfs, path, runtime, _volumes(place, host, source), _systemd_host(host, report))
+    _assert_host_untouched(report)
+    text = refusal(result, tmp_path)
+    if path in ("jit-cdi", "cdi") and place in SEEN:  # the shim, before the runtime runs, names the mount
+        named = "/data" if place == "redirect" else _volumes(place, host, source)[0]["destination"]
+        assert f"mount at {named}: a GPU container may not mount anything at or under /proc" in text, text
+
+
+# -- the rule itself: the sh hook and the Python step judge every layout alike ------------------
+
+#: layout -> (what the sh hook and the Python step say): "masked", "nothing" (no params there),
+#: or the words of the refusal.
+RULE = {
+    "own": "masked",  # this process's own /proc file (a simulated node's /proc/driver)
+    "missing": "nothing",
+    "plain": "not on the kernel's procfs",
+    "link-params": "symlink",
+    "link-nvidia": "symlink",
+    "link-driver": "symlink",
+    "link-proc": "symlink",
+}
+
+
+def _layout(tmp_path, layout: str) -> str:
+    root = tmp_path / "root"
+    elsewhere = tmp_path / "elsewhere/driver/nvidia"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "params").write_text(SECRET)
+    if layout == "link-proc":
+        root.mkdir()
+        os.symlink(str(tmp_path / "elsewhere"), root / "proc")
+        return str(root)
+    (root / "proc").mkdir(parents=True)
+    if layout == "missing":
+        return str(root)
+    if layout == "link-driver":
+        os.symlink(str(tmp_path / "elsewhere/driver"), root / "proc/driver")
+        return str(root)
+    (root / "proc/driver").mkdir()
+    if layout == "link-nvidia":
+        os.symlink("../../../elsewhere/driver/nvidia", root / "proc/driver/nvidia")
+        return str(root)
+    (root / "proc/driver/nvidia").mkdir()
+    if layout == "link-params":
+        os.symlink(str(elsewhere / "params"), root / "proc/driver/nvidia/params")
+    else:
+        (root / "proc/driver/nvidia/params").write_text(SECRET)
+    return str(root)
+
+
+def _judge(root: str, layout: str, masked: str) -> tuple[str, str, str]:
+    """In a private mount namespace: (sh's verdict, Python's verdict, what params shows after the sh)."""
+    import subprocess
+
+    from nvct.errors import ContainerError
+    from nvct.hooks.steps import PARAMS, kernel_proc_path
+    from nvct.rootfs import Rootfs
+
+    if layout == "own":
+        subprocess.run(["mount", "--bind", os.path.join(root, "proc/driver"), "/proc/driver"], check=True)
+    with Rootfs(root) as opened:
+        try:
+            python = "masked" if kernel_proc_path(opened, PARAMS) else "nothing"
+        except ContainerError as e:
+            python = str(e)
+    run = subprocess.run(["/bin/sh", "-c", MASK_SCRIPT, "nvct-mask-params", root, masked], input="{}",
+                         capture_output=True, text=True, timeout=10, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    sh = {0: "masked" if layout == "own" else "nothing"}.get(run.returncode, run.stderr)
+    shown = ""
+    if os.path.lexists(os.path.join(root, "proc/driver/nvidia/params")):
+        with open(os.path.join(root, "proc/driver/nvidia/params")) as f:
+            shown = f.read()
+    return sh, python, shown
+
+
+@pytest.mark.parametrize("layout", sorted(RULE))
+def test_the_sh_hook_and_the_python_step_are_one_rule(tmp_path, layout):
+    from nvct.namespaces import in_private_mount_namespace
+    from tests.support.fixtures import need_root
+
+    need_root()
+    root = _layout(tmp_path, layout)
+    masked = tmp_path / "masked"
+    masked.write_text("ModifyDeviceFiles: 0\n")
+    sh, python, shown = in_private_mount_namespace(_judge, root, layout, str(masked))
+    want = RULE[layout]
+    assert want in sh and want in python, (sh, python)
+    assert sh.count("\n") <= 1 and "\n" not in python  # one line each
+    assert shown == ("ModifyDeviceFiles: 0\n" if want == "masked" else SECRET if layout != "missing" else "")
+    assert (tmp_path / "elsewhere/driver/nvidia/params").read_text() == SECRET
+
+
+def test_the_sh_hook_refuses_a_root_named_through_a_symlink(tmp_path):
+    """The root's own path is checked too ($PWD after cd -P): a swapped root.path leads elsewhere."""
+    import subprocess
+
+    root = _layout(tmp_path, "plain")
+    os.symlink(root, tmp_path / "alias")
+    run = subprocess.run(["/bin/sh", "-c", MASK_SCRIPT, "nvct-mask-params", str(tmp_path / "alias"), "/dev/null"],
+                         input="{}", capture_output=True, text=True, timeout=10)
+    assert run.returncode == 1 and "reached through a symlink" in run.stderr, run
