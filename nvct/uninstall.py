@@ -20,12 +20,20 @@ stop half-way; what could not be undone is said.
 from __future__ import annotations
 
 import glob
+import json
 import os
+import re
+import signal
+import socket
 import sys
+import time
 
-#: Programs the package installs that other configs name.
-PROGRAMS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook", "/usr/bin/nvct",
-            "/usr/bin/nvidia-cdi-hook", "/usr/bin/nvidia-ctk")
+#: Programs the package installs that other configs name (matched as whole paths).
+PROGRAMS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime.cdi",
+            "/usr/bin/nvidia-container-runtime.legacy", "/usr/bin/nvidia-container-runtime-hook", "/usr/bin/nvct",
+            "/usr/bin/nvidia-cdi-hook", "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-cli")
+#: Files the deb and the rpm ship among ENGINE_FILES: removed with the package, never a leftover.
+PACKAGE_FILES = ("/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json",)
 _RESTART = {"docker": "restart dockerd", "containerd": "restart containerd", "crio": "restart cri-o"}
 #: Engine configs checked for entries nvct did not write (the reference's, or hand-made).
 ENGINE_FILES = ("/etc/docker/daemon.json", "/etc/containerd/config.toml", "/etc/containerd/conf.d/*.toml",
@@ -42,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"replaced by {replacement}, which provides the same programs: engine configs and CDI specs "
              "are left as they are")
         return 0
-    for line in undo_configured() + remove_generated_specs() + leftovers():
+    from nvct.runtimes import configured
+
+    dockers = [path for engine, path in configured.entries() if engine == "docker"]
+    for line in undo_configured() + remove_generated_specs() + leftovers() + reload_dockerd(dockers):
         _say(line)
     return 0
 
@@ -94,6 +105,8 @@ def leftovers() -> list[str]:
     lines = []
     for pattern in ENGINE_FILES:
         for path in sorted(glob.glob(pattern)):
+            if path in PACKAGE_FILES:
+                continue
             program = _names_our_program(path)
             if program:
                 lines.append(f"{path} still names {program}, which is removed with nvct: remove that entry "
@@ -113,12 +126,119 @@ def _names_our_program(path: str) -> str | None:
             text = f.read(1 << 20).decode("utf-8", "replace")
     except OSError:
         return None
+    words = set(_WORD.findall(text))
     for program in PROGRAMS:
-        if program in text:
+        if program in words:
             return program
     if '"nvidia-container-runtime"' in text:  # docker's bare runtime path, as configure writes it
         return "nvidia-container-runtime"
     return None
+
+
+#: A path as JSON, TOML and YAML write it: up to a quote, blank, comma, colon or bracket.
+_WORD = re.compile(r"[^\s\"',:;=\[\]{}()]+")
+#: The runtimes dockerd defines itself (what stays after a reload with a ``runtimes`` key).
+_DOCKER_BUILTIN = ("runc",)
+
+
+def reload_dockerd(configs: list[str]) -> list[str]:
+    """Make the dockerd that reads one of ``configs`` stop using nvct's removed runtimes.
+
+    dockerd 20.10 rereads ``runtimes`` and ``default-runtime`` on SIGHUP, but keeps the old value
+    of a key the file lacks, and panics when the default it ends up with is no runtime it has. So
+    it is reloaded only when the file makes the default a runtime that stays; otherwise one line
+    says to restart it. ``$DOCKER_HOST`` (unix://) names its socket, as for the docker client.
+    """
+    from nvct.doctor.runtimes import dockerd_pid
+
+    host = os.environ.get("DOCKER_HOST", "")
+    sock = host[len("unix://"):] if host.startswith("unix://") else "/var/run/docker.sock"
+    pid, _ = dockerd_pid(sock, "/var/run/docker.pid")
+    if pid is None or not configs:
+        return []
+    config = _dockerd_config_file(pid)
+    if os.path.realpath(config) not in {os.path.realpath(c) for c in configs}:
+        return []
+    try:
+        info = _docker_get(sock, "/info")
+        with open(config, "rb") as f:
+            data = json.loads(f.read() or b"{}")
+    except FileNotFoundError:
+        data = {}
+    except (OSError, ValueError) as e:
+        return [f"could not ask dockerd (pid {pid}) which runtimes it uses ({e}): {_restart()}"]
+    running = info.get("Runtimes") or {}
+    ours = sorted(name for name, entry in running.items() if _removed_program(str((entry or {}).get("path", "")))
+                  and (not isinstance(data.get("runtimes"), dict) or name not in data["runtimes"]))
+    if not ours:
+        return []
+    default = data.get("default-runtime", info.get("DefaultRuntime"))
+    kept = set(data["runtimes"]) | set(_DOCKER_BUILTIN) if isinstance(data.get("runtimes"), dict) else set(running)
+    if default in ours or default not in kept:
+        return [f"dockerd (pid {pid}) still runs every container on the removed runtime "
+                f"'{info.get('DefaultRuntime')}' until it restarts (a reload cannot change that here): "
+                f"{_restart()}"]
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            now = _docker_get(sock, "/info")
+        except (OSError, ValueError):
+            now = {}
+        if now.get("DefaultRuntime") == default and not set(ours) & set(now.get("Runtimes") or {}) - set(kept):
+            left = sorted(set(ours) & set(now.get("Runtimes") or {}))
+            tail = (f"; it keeps the removed runtime(s) {', '.join(left)} (docker run --runtime fails) "
+                    f"until a restart: {_restart()}" if left else "")
+            return [f"reloaded dockerd (pid {pid}): its default runtime is {default}{tail}"]
+        time.sleep(0.1)
+    return [f"dockerd (pid {pid}) did not take the reload; it may still run containers on nvct's removed "
+            f"runtime: {_restart()}"]
+
+
+def _removed_program(path: str) -> bool:
+    """One of the package's programs, by path or by the bare name docker looks up on PATH."""
+    return path in PROGRAMS or ("/" not in path and f"/usr/bin/{path}" in PROGRAMS)
+
+
+def _restart() -> str:
+    return "run: systemctl restart docker" if os.path.isdir("/run/systemd/system") else "restart dockerd"
+
+
+def _dockerd_config_file(pid: int) -> str:
+    """dockerd's ``--config-file`` (its default when not given)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return ""
+    for i, arg in enumerate(args):
+        if arg == "--config-file" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--config-file="):
+            return arg.partition("=")[2]
+    return "/etc/docker/daemon.json"
+
+
+def _docker_get(sock: str, path: str) -> dict:
+    """``GET path`` on dockerd's API socket: the JSON body."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(sock)
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
+        chunks = []
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].decode(errors="replace")
+    if status.split()[1:2] != ["200"]:
+        raise ValueError(f"GET {path}: {status or 'no answer'}")
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise ValueError(f"GET {path}: not a JSON object")
+    return data
 
 
 def _say(line: str) -> None:

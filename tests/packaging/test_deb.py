@@ -15,6 +15,7 @@ import pytest
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.security.test_isolated_start import assert_hooks_start_isolated
 from tests.support.bundle import make_bundle, read_config
+from tests.support.fixtures import busybox_image_tar  # noqa: F401
 from tests.support.proc import SYSTEM_PATH, run
 from tests.support.image import ImageSpec, build_image_tar
 from tests.support.legacy_front import age
@@ -60,6 +61,9 @@ def deb(tmp_path_factory) -> SimpleNamespace:
     out = tmp_path_factory.mktemp("deb")
     modules = tree_modules()  # before the build copies the tree
     path = build_package("build-deb.sh", out)
+    if os.environ.get("NVCT_TEST_DEB"):  # another build's .deb (an older commit's, to see a test fail)
+        (out / "other").mkdir()
+        path = Path(shutil.copy(os.environ["NVCT_TEST_DEB"], out / "other" / path.name))
     unpacked = out / "unpacked"
     run(["dpkg-deb", "-x", str(path), str(unpacked)], env=BUILD_ENV).check()
     control = out / "control"
@@ -379,6 +383,8 @@ def test_configure_unconfigure_purge_and_configure_purge_leave_no_nvct_entries_n
     for engine, (rel, _) in ENGINE_CONFIGS.items():
         restart = {"docker": "dockerd", "crio": "cri-o"}.get(engine, engine)
         assert f"nvct: undid its configuration of {engine} in {root / rel} (restart {restart} to apply)\n" in said
+    # the package's own hooks.d file goes with it, and `...runtime` is not `...runtime-hook`
+    assert "still names" not in said, said
     assert f"nvct: removed {spec} (a CDI spec whose hooks run nvct's programs)\n" in said
 
 
@@ -437,3 +443,182 @@ def test_podman_runs_a_reference_cdi_spec_through_the_packaged_nvidia_cdi_hook(d
             podman.load(tmp_path / "image.tar")
             result = podman.run(["--rm", "--device", f"{vendor}/gpu=0", image.qualified_ref, "sh", "-c", GPU_CHECK])
         _check_gpu_output(result)
+
+
+# --------------------------------------------------------------------------- removal that cannot half-fail
+
+
+def _apt(*args: str, env: dict | None = None, prefix: tuple = ()) -> "object":
+    return run([*prefix, *APT, *args], env={**APT_ENV, **(env or {})}, timeout=300)
+
+
+def _purge_if_installed() -> None:
+    if _dpkg_state("nvct") != "not-installed":
+        run([*APT, "purge", "nvct"], env=APT_ENV, timeout=300)
+        if _dpkg_state("nvct") != "not-installed":  # what a half-failed removal leaves: force it out
+            run(["dpkg", "--purge", "--force-all", "nvct"], env=APT_ENV, timeout=300)
+
+
+@needs_root_and_apt
+def test_a_cache_that_cannot_be_removed_never_fails_the_removal(deb):
+    """postrm ran ``rm -rf /run/nvct`` under ``set -e``: a start writing the cache failed the purge."""
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    try:
+        assert _apt("install", "--no-install-recommends", str(deb.path)).ok
+        # A mount inside /run/nvct, in apt's own mount namespace: rm -rf fails on it every time,
+        # as it fails now and then when a container start writes the cache while it runs.
+        busy = "mkdir -p /run/nvct/busy && mount -t tmpfs nvct-busy /run/nvct/busy && exec \"$@\""
+        purge = _apt("purge", "nvct", prefix=("unshare", "-m", "sh", "-c", busy, "sh"))
+        assert purge.ok, purge.describe()
+        assert _dpkg_state("nvct") == "not-installed"
+        said = purge.stdout + purge.stderr
+        assert "nvct: could not remove /run/nvct (in use); remove it by hand: rm -rf /run/nvct" in said, said
+    finally:
+        _purge_if_installed()
+        shutil.rmtree("/run/nvct", ignore_errors=True)
+
+
+def _upgraded(deb, tmp_path: Path) -> Path:
+    """The same package at a higher version (what an upgrade unpacks)."""
+    tree = tmp_path / "upgraded"
+    run(["dpkg-deb", "-R", str(deb.path), str(tree)], env=BUILD_ENV).check()
+    control = tree / "DEBIAN" / "control"
+    control.write_text(control.read_text().replace(f"Version: {project_version()}\n",
+                                                   f"Version: {project_version()}+upgrade1\n"))
+    out = tmp_path / f"nvct_{project_version()}+upgrade1_all.deb"
+    run(["dpkg-deb", "-b", str(tree), str(out)], env=BUILD_ENV).check()
+    return out
+
+
+@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
+@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
+                    reason=f"needs {BUSYBOX} and gcc (the test container's rootfs)")
+@needs_root_and_apt
+def test_container_starts_during_install_upgrade_remove_and_purge(deb, tmp_path):
+    """GPU containers start back to back while apt installs, upgrades, removes and purges nvct:
+    every package step succeeds, and while the programs are there every start gets its GPU."""
+    import threading
+
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    node_config = _simulated_node(tmp_path / "node")
+    upgraded = _upgraded(deb, tmp_path)
+    phase = ["before"]
+    starts: list = []
+    stop = threading.Event()
+
+    def start_containers() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            at = phase[0]
+            try:
+                result, _ = _gpu_container(tmp_path / "starts", f"c{n}", node_config)
+                ok = result.ok and "has-nvidia0" in result.stdout
+                starts.append((at, phase[0], ok, result.describe() if not ok else ""))
+            except OSError as e:  # the program is not there (yet, or any more)
+                starts.append((at, phase[0], False, str(e)))
+            shutil.rmtree(tmp_path / "starts" / f"c{n}", ignore_errors=True)
+
+    (tmp_path / "starts").mkdir()
+    starter = threading.Thread(target=start_containers)
+    steps = []
+    try:
+        starter.start()
+        for name, args in (("install", ("install", "--no-install-recommends", str(deb.path))),
+                           ("upgrade", ("install", "--no-install-recommends", str(upgraded))),
+                           ("reinstall", ("install", "--reinstall", "--no-install-recommends", str(upgraded))),
+                           ("remove", ("remove", "nvct")),
+                           ("purge", ("purge", "nvct"))):
+            phase[0] = name
+            if name == "purge":
+                cache = os.lstat("/run/nvct").st_ino  # the starts wrote it
+            while not [s for s in starts if s[0] == name]:  # at least one start inside each step
+                if not starter.is_alive():
+                    break
+                stop.wait(0.05)
+            steps.append((name, _apt(*args)))
+            phase[0] = f"after {name}"
+            want = len([s for s in starts if s[0] == phase[0]]) + 1
+            while len([s for s in starts if s[0] == phase[0]]) < want and starter.is_alive():
+                stop.wait(0.05)
+    finally:
+        stop.set()
+        starter.join()
+        _purge_if_installed()
+    for name, result in steps:
+        assert result.ok, f"apt {name} failed while containers started: {result.describe()}"
+    assert _dpkg_state("nvct") == "not-installed"
+    # Between the install and the removal the programs are always there: every start works.
+    inside = [s for s in starts if s[0] in ("after install", "upgrade", "after upgrade", "reinstall",
+                                            "after reinstall") and s[1] == s[0]]
+    assert inside and all(s[2] for s in inside), [s for s in inside if not s[2]][:3]
+    # (a /run/nvct made since is another nvct's on this machine: an installed one's would be this inode)
+    assert not os.path.lexists("/run/nvct") or os.lstat("/run/nvct").st_ino != cache
+    assert not os.path.lexists("/var/lib/nvct")
+    assert not os.path.lexists(f"{SITE}/nvct") and not os.path.lexists(os.path.dirname(CONFFILE))
+
+
+@needs_root_and_apt
+def test_an_install_under_umask_000_leaves_nothing_others_can_change(deb):
+    import json
+
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    old = os.umask(0)  # what apt, dpkg and the maintainer scripts (py3compile) inherit
+    try:
+        install = _apt("install", "--no-install-recommends", str(deb.path))
+    finally:
+        os.umask(old)
+    try:
+        assert install.ok, install.describe()
+        files = run(["dpkg", "-L", "nvct"], env=BUILD_ENV).check().stdout.split()
+        loose = [p for p in files + [str(p) for p in Path(f"{SITE}/nvct").rglob("*")]
+                 if os.path.lexists(p) and not os.path.islink(p) and os.lstat(p).st_mode & 0o022]
+        assert loose == []
+        doctor = run(["/usr/bin/nvct", "doctor", "--json"], env=BUILD_ENV, cwd="/")
+        finding = {f["id"]: f for f in json.loads(doctor.stdout)["findings"]}["permissions.chain"]
+        assert finding["status"] == "ok", finding
+    finally:
+        _purge_if_installed()
+
+
+@pytest.mark.parametrize("original", ["explicit", "plain"])
+@needs_root_and_apt
+def test_purge_takes_a_running_dockerd_off_the_removed_default_runtime(deb, tmp_path, busybox_image_tar, original):
+    """``explicit``: daemon.json names its runtimes and default, so a SIGHUP applies the restored file
+    (dockerd 20.10 rereads both); ``plain``: it names neither, a reload would keep ``nvidia`` as the
+    default, and the removal ends with the one line that says to restart dockerd."""
+    from tests.support.docker import Dockerd
+
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    with _installed(deb), Dockerd() as dockerd:
+        dockerd.load(busybox_image_tar)
+        if original == "explicit":
+            dockerd.reload(runtimes={}, default_runtime="runc")  # "runtimes": {}, "default-runtime": "runc"
+        before = Path(dockerd.config_file).read_bytes()
+        run(["/usr/bin/nvct", "runtime", "configure", "--runtime", "docker", "--config", dockerd.config_file,
+             "--set-as-default"], env=BUILD_ENV).check()
+        import signal
+
+        os.kill(dockerd.pid, signal.SIGHUP)
+        info = ["info", "--format", "{{.DefaultRuntime}}"]
+        from tests.support.proc import wait_until
+
+        assert wait_until(lambda: dockerd.docker(info).stdout.strip() == "nvidia", 20, 0.1)
+        assert dockerd.run(["--rm", "nvct/busybox:latest", "true"]).ok  # through nvct's runtime
+        purge = _apt("purge", "nvct", env={"DOCKER_HOST": f"unix://{dockerd.socket}"})
+        assert purge.ok, purge.describe()
+        said = [line for line in (purge.stdout + purge.stderr).replace("\r", "").splitlines()
+                if line.startswith("nvct: ")]
+        assert Path(dockerd.config_file).read_bytes() == before
+        if original == "explicit":
+            assert said[-1] == f"nvct: reloaded dockerd (pid {dockerd.pid}): its default runtime is runc", said
+            assert dockerd.docker(info).stdout.strip() == "runc"
+            result = dockerd.run(["--rm", "nvct/busybox:latest", "echo", "runs"])
+            assert result.ok and result.stdout.strip() == "runs", result.describe()
+        else:
+            assert said[-1] == (f"nvct: dockerd (pid {dockerd.pid}) still runs every container on the removed "
+                                "runtime 'nvidia' until it restarts (a reload cannot change that here): "
+                                "restart dockerd"), said
+            assert dockerd.docker(info).stdout.strip() == "nvidia"  # as the line says; dockerd did not panic
+        # reinstall for _installed's purge
+        assert _apt("install", "--no-install-recommends", str(deb.path)).ok
