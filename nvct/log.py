@@ -37,6 +37,9 @@ class Logger:
                 self._streams.append(open(path, "a", encoding="utf-8"))
             except OSError:
                 pass
+        started = sys.modules.get("nvct.hookenv")  # the caller's variables this program dropped
+        if started is not None and started.dropped:
+            self.debug("environment: dropped %s (names only; nvct.hookenv)", " ".join(started.dropped))
         return self
 
     def close(self) -> None:

@@ -188,7 +188,10 @@ def _unlink(path: str) -> None:
 
 
 def execv(path: str, argv: list[str]) -> None:
-    os.execv(path, [path] + list(argv))
+    """Exec the low-level runtime with the environment the engine gave the shim, whole."""
+    from nvct import hookenv
+
+    os.execve(path, [path] + list(argv), hookenv.caller_environ())
 
 
 def which(name: str) -> str | None:

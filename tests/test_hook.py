@@ -99,16 +99,15 @@ def test_chain_runs_steps_in_order_and_chmod_validates_mode(tmp_path):
 
 
 def test_hook_never_imports_from_pythonpath(tmp_path):
-    # A PYTHONPATH in a hook's environment means its seal failed: the hook refuses with one
-    # line, and never runs code from there (started by sh with -I, or re-exec'd with -I).
+    # A PYTHONPATH in a hook's environment (an engine's, or a failed seal's) is set aside by the
+    # sh front: no code runs from there, and the hook runs (started by sh, or re-exec'd through it).
     evil = tmp_path / "evil" / "nvct"
     evil.mkdir(parents=True)
     (evil / "__init__.py").write_text('raise SystemExit("imported from PYTHONPATH")\n')
     script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "nvct/scripts/nvidia-container-runtime-hook")
     for argv in ([HOOK, "poststart"], [sys.executable, script, "poststart"]):  # with and without -I
         r = run(argv, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "evil")})
-        assert r.returncode == 1 and r.stderr.count("\n") == 1, argv
-        assert "refusing to run: PYTHONPATH is set in the hook's environment" in r.stderr
+        assert (r.returncode, r.stderr) == (0, ""), argv
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount)")

@@ -20,6 +20,7 @@ from nvct.errors import ConfigError
 
 RUNTIME_BINARY = "nvidia-container-runtime"
 HOOK_BINARY = "nvidia-container-runtime-hook"
+CLI_BINARY = "nvidia-container-cli"
 
 
 class _Runtimes:
@@ -97,6 +98,13 @@ def check_docker_gpus(ctx: Context):
                    f"docker run --gpus fails with 'could not select device driver \"\" with capabilities: "
                    f"[[gpu]]'", _link_hook_fix(path) + ", then restart dockerd (it looks the hook up once, at start)")
         return
+    problem = _fails_in(environ, [hook, "--version"])
+    if problem:
+        yield fail("runtime.docker-gpus", f"dockerd (pid {pid}, {how}) finds {hook}, but the hook fails in "
+                   f"dockerd's environment (what docker run --gpus hands it): {problem}",
+                   "upgrade nvct (its programs set an engine's own variables aside), or start dockerd without the "
+                   "variable named (its service's Environment=); then restart dockerd")
+        return
     started = _start_time(pid)
     # The start time is known to a second (the kernel's btime is whole seconds): no warning inside it.
     if started is not None and os.lstat(hook).st_ctime > started + 1.0:
@@ -106,6 +114,48 @@ def check_docker_gpus(ctx: Context):
         return
     yield ok("runtime.docker-gpus", f"dockerd (pid {pid}, {how}) finds {hook} on its PATH: "
              f"docker run --gpus works")
+
+
+def check_ctr_gpus(ctx: Context):
+    """``ctr run --gpus`` (and nerdctl's): the client looks ``nvidia-container-cli`` up on its own PATH
+    and hands the hook its own environment, whatever containerd's is: that of the shell this runs in."""
+    from nvct import hookenv
+
+    # This shell's environment, with what nvct's front set aside for its own Python put back.
+    environ = dict(ctx.options.env)
+    environ.update((k, v) for k, v in hookenv.caller_environ().items() if k in hookenv.dropped)
+    path = environ.get("PATH", "")
+    if not path or not _which("ctr", path):
+        yield info("runtime.ctr-gpus", "no ctr on this shell's PATH: ctr run --gpus is not used here")
+        return
+    cli = _which(CLI_BINARY, path)
+    if cli is None:
+        yield warn("runtime.ctr-gpus", f"this shell's PATH ({path or 'unset'}) has no {CLI_BINARY}: ctr run --gpus "
+                   f"fails here", f"ln -s {our_binary(CLI_BINARY)} /usr/bin/{CLI_BINARY}")
+        return
+    # The version, started as ctr's hook starts it (configure: a hook's start, in the caller's environment).
+    problem = _fails_in(environ, [cli, "--version", "configure"])
+    if problem:
+        yield fail("runtime.ctr-gpus", f"{cli} fails in this shell's environment (what ctr run --gpus hands its "
+                   f"hook): {problem}", "upgrade nvct (its programs set a caller's own variables aside), or unset "
+                   "the variable named before ctr run --gpus")
+        return
+    yield ok("runtime.ctr-gpus", f"ctr run --gpus finds {cli} on this shell's PATH, and it runs in this environment")
+
+
+def _fails_in(environ: dict[str, str], argv: list[str]) -> str | None:
+    """The last line a program says when it fails, started with ``environ`` from ``/``; None if it runs."""
+    import subprocess
+
+    try:
+        done = subprocess.run(argv, env=environ, cwd="/", stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, errors="replace", timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}"
 
 
 def dockerd_pid(sock: str, pidfile: str) -> tuple[int | None, str]:
@@ -345,4 +395,4 @@ def _read_toml(path: str):
     return None if raw is None else parse_toml(raw, path)
 
 
-CHECKS = (check_docker, check_docker_gpus, check_containerd, check_crio)
+CHECKS = (check_docker, check_docker_gpus, check_containerd, check_ctr_gpus, check_crio)

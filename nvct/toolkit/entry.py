@@ -66,10 +66,9 @@ def main() -> int:
     sys.argv = sys.argv[2:]
     if sys.argv[1:] == ["--check"]:
         return check()
-    from nvct.hookenv import check as check_hook_env
+    from nvct.hookenv import start
 
-    # The wrapper (now argv[0]) lives in the toolkit directory and puts its lib first.
-    check_hook_env(program, own_lib_dir=os.path.join(os.path.dirname(sys.argv[0]), "lib"))
+    start(program)  # the wrapper set the environment aside (nvct.toolkit.wrappers)
     module = __import__(PROGRAMS[program], fromlist=["main"])
     return module.main()
 

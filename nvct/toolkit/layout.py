@@ -3,9 +3,9 @@
 ::
 
     toolkit/
-      nvidia-container-runtime           wrappers (sh): set the config, PATH and
-      nvidia-container-runtime.cdi         LD_LIBRARY_PATH, then exec the host's
-      nvidia-container-runtime.legacy      python3 on nvct; the runtimes exec the
+      nvidia-container-runtime           wrappers (sh): set the config and PATH,
+      nvidia-container-runtime.cdi         set the rest aside, then exec the
+      nvidia-container-runtime.legacy      Python on nvct; the runtimes exec the
       nvidia-container-runtime-hook        low-level runtime instead while the
       nvct                                 kernel module is not loaded
       nvidia-cdi-hook, nvidia-ctk,       the reference's other programs, by name

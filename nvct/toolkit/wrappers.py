@@ -1,9 +1,10 @@
 """The installed executables: small sh scripts that run the toolkit's own Python on the copied nvct.
 
-Each sets ``NVIDIA_CTK_CONFIG_FILE_PATH`` to the installed config, puts the
-toolkit directory first on ``PATH`` and ``lib`` first on ``LD_LIBRARY_PATH``,
-then execs the bundled interpreter through its own loader
-(:func:`nvct.toolkit.runtime.command`; or a host python3 given by
+Each sets ``NVIDIA_CTK_CONFIG_FILE_PATH`` to the installed config and puts the
+toolkit directory first on ``PATH``, sets every variable aside as the sh fronts do
+(the marked lines of ``nvct/scripts/nvidia-container-runtime``; :mod:`nvct.hookenv`
+takes back what the program needs), then execs the bundled interpreter through its
+own loader (:func:`nvct.toolkit.runtime.command`; or a host python3 given by
 ``--python``) with ``-I`` on :mod:`nvct.toolkit.entry`. The runtime wrappers
 first check that the NVIDIA kernel module is loaded -- ``driver/nvidia/version``
 under the proc root (``$NVCT_PROC_ROOT``, else the installed one), or, for
@@ -29,6 +30,8 @@ from nvct.toolkit.layout import Layout
 
 #: The lines of the sh front that :func:`passthrough` copies start and end with these.
 _PASSTHROUGH = ("# --- passthrough:", "# --- end of passthrough ---\n")
+#: ... and those that :func:`set_aside` copies.
+_SET_ASIDE = ("# --- set aside:", "# --- end of set aside ---\n")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The interpreter: a path, or the argv that starts it (the bundled one: loader, --library-path, python).
 Python = Union[str, Sequence[str]]
@@ -68,12 +71,21 @@ def _header(name: str, mode: str | None) -> str:
 
 def passthrough() -> str:
     """The sh front's lines that exec every call but a GPU create/run on the cached low-level runtime."""
+    return _front_lines(_PASSTHROUGH, "passthrough")
+
+
+def set_aside() -> str:
+    """The sh front's lines that set every variable aside before the interpreter starts."""
+    return _front_lines(_SET_ASIDE, "set aside")
+
+
+def _front_lines(marks: tuple[str, str], what: str) -> str:
     with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "nvidia-container-runtime")) as f:
         text = f.read()
-    start, end = text.find(_PASSTHROUGH[0]), text.find(_PASSTHROUGH[1])
+    start, end = text.find(marks[0]), text.find(marks[1])
     if start < 0 or end < start:
-        raise NvctError(f"{f.name}: the passthrough marks are missing (a broken nvct install?)")
-    return text[start:end + len(_PASSTHROUGH[1])]
+        raise NvctError(f"{f.name}: the {what} marks are missing (a broken nvct install?)")
+    return text[start:end + len(marks[1])]
 
 
 def _config(config: str) -> str:
@@ -82,7 +94,7 @@ def _config(config: str) -> str:
 
 def _exec(layout: Layout, program: str, self_path: str, python: Python) -> str:
     return (f'export PATH={_q(layout.root)}:"${{PATH:-{DEFAULT_PATH}}}"\n'
-            f'export LD_LIBRARY_PATH={_q(layout.lib_dir)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
+            + set_aside() +
             f'exec {interpreter(python)} -I {_q(layout.entry)} {program} {_q(self_path)} "$@"\n')
 
 

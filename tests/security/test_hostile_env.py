@@ -15,8 +15,8 @@ directory) run the same way. Every case runs through nvct's shim under runc and 
 in legacy, jit-cdi and cdi mode (a spec from ``nvct cdi generate``), in legacy mode with the hook
 appended by the shim's sh front, and under podman with the hooks.d hook.
 Each must start with its GPU, leave no marker and nothing mounted. A stale spec
-whose nvct hook lacks env is sealed by the shim; the hook's own check refuses an
-environment the seal let through, with one line.
+whose nvct hook lacks env is sealed by the shim; an environment the seal let through
+is set aside by the hook's sh front before its interpreter starts (nvct.hookenv).
 """
 
 from __future__ import annotations
@@ -194,18 +194,17 @@ def test_a_stale_spec_without_hook_env_is_sealed_by_the_shim(tmp_path, sim_node,
     assert "has no env (an nvct bug, or a spec from an older version)" in (tmp_path / "nvct.log").read_text()
 
 
-def test_the_hook_refuses_an_env_the_seal_let_through(tmp_path, kit):
-    """A hand-made createContainer hook without env under runc: the container's PYTHONPATH
-    reaches ``nvct hook``, which stops with one line (and imports nothing from there)."""
+def test_an_env_the_seal_let_through_is_set_aside(tmp_path, kit):
+    """A hand-made createContainer hook without env under runc: the container's PYTHONPATH,
+    GCONV_PATH and LD_LIBRARY_PATH reach ``nvct hook``, whose sh front sets them aside before
+    Python starts; nothing of theirs runs, and the hook does its step."""
     need_runtime("runc")
     rootfs = _hostile_rootfs(tmp_path, kit)
     hook = {"path": NVCT, "args": ["nvct", "hook", "chain", "disable-device-node-modification"]}
-    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], [PATH_ENV, *CASES["pythonpath"]],
-                         hooks={"createContainer": [hook]})
+    env = [PATH_ENV, *CASES["pythonpath"], *CASES["gconv-path"], *CASES["ld-library-path"]]
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], env, hooks={"createContainer": [hook]})
     result = run_container([RUNC], bundle, timeout=60)
-    assert result.rc != 0
-    refusal = [line for line in result.stderr.splitlines() if "nvct: refusing to run:" in line]
-    assert len(refusal) == 1 and "PYTHONPATH is set in the hook's environment" in refusal[0], result.describe()
+    assert result.rc == 0, result.describe()
     assert not list(kit[0].iterdir())
 
 

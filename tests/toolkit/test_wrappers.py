@@ -18,6 +18,7 @@ import pytest
 
 from nvct.toolkit import Installation, Layout, Options
 from nvct.toolkit.wrappers import runtime_wrapper
+from tests.security.test_engine_env import planted  # noqa: F401 - a fixture
 from tests.support.fixtures import need_binaries, need_root
 
 
@@ -29,7 +30,8 @@ def installed(tmp_path_factory):
     (proc / "driver" / "nvidia").mkdir(parents=True)
     record = tmp / "calls"
     fake = tmp / "fake-runc"
-    fake.write_text(f'#!/bin/sh\nprintf "%s|%s\\n" "${{NVIDIA_CTK_CONFIG_FILE_PATH:-direct}}" "$*" >> {record}\n')
+    fake.write_text(f'#!/bin/sh\nprintf "%s|%s\\n" "${{NVIDIA_CTK_CONFIG_FILE_PATH:-direct}}" "$*" >> {record}\n'
+                    f'env > {record}.env\n')
     fake.chmod(0o755)
     opts = Options(install_dir=str(tmp / "install"), driver_root="/", proc_root=str(proc), python=sys.executable,
                    host_root="/", no_runtime_config=True, low_level_runtimes=[str(fake)])
@@ -85,6 +87,32 @@ def test_the_environment_cannot_steer_the_wrappers_python(installed, tmp_path):
     result = _run(layout.runtime(), "state", "x", env={"PYTHONPATH": str(tmp_path), "PYTHONHOME": "/nonexistent"})
     assert result.returncode == 0, result.stderr
     assert _calls(record) == [f"{layout.config()}|state x"]
+
+
+@pytest.mark.parametrize("program", ["nvidia-container-runtime-hook", "nvct", "nvidia-cdi-hook", "nvidia-ctk",
+                                     "nvidia-container-cli"])
+def test_the_tool_wrappers_run_in_a_hostile_engine_environment(installed, planted, program):
+    """A CUDA user's LD_LIBRARY_PATH, an engine's PYTHON* and glibc's variables: set aside, no refusal."""
+    layout, _, _ = installed
+    mark, env = planted
+    for extra in ({"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}, env):
+        result = _run(layout.tool(program), "--version", env=extra)
+        assert result.returncode == 0 and "version" in result.stdout.lower() and not result.stderr, result.stderr
+    assert not list(mark.iterdir())
+
+
+def test_the_runtime_wrapper_hands_the_runtime_the_engines_environment(installed, planted):
+    layout, proc, record = installed
+    mark, env = planted
+    (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
+    os.utime(layout.config(), None)  # just written: not trusted by the front, so through Python
+    engine = {"NOTIFY_SOCKET": "/run/x 'y'", **env}
+    result = _run(layout.runtime(), "state", "x", env=engine)
+    assert result.returncode == 0, result.stderr
+    assert _calls(record) == [f"{layout.config()}|state x"]
+    got = (record.parent / (record.name + ".env")).read_text()
+    assert all(f"{name}={value}\n" in got for name, value in engine.items()), got
+    assert not list(mark.iterdir())
 
 
 def test_the_nvct_wrapper_uses_the_installed_config(installed):
