@@ -147,3 +147,25 @@ def test_bind_mount_step_mounts_a_host_dir_with_its_options_and_refuses_bad_inpu
         assert r.returncode == 1 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "onto another mount (/data" in failures[2].stderr
     assert os.listdir(volume / "mps") == []  # nothing mounted or created in the volume through the link
+
+
+@pytest.mark.parametrize("how", ["container-root", "state root", "spec root"])
+def test_a_root_reached_through_a_symlink_gets_nothing_written(tmp_path, how):
+    """The hook opens the root once, following no link (runc's rule): a link's target stays as it was."""
+    bundle = _bundle(tmp_path, [])
+    (tmp_path / "link").symlink_to(bundle / "rootfs")
+    step = ["create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so"]
+    if how == "container-root":
+        r = run([NVCT, "hook", "chain", "--container-root", str(tmp_path / "link"), *step])
+    elif how == "state root":
+        r = run([NVCT, "hook", *step], stdin=json.dumps({"bundle": str(bundle), "root": str(tmp_path / "link")}))
+    else:
+        spec = json.loads((bundle / "config.json").read_text())
+        spec["root"]["path"] = str(tmp_path / "link")
+        (bundle / "config.json").write_text(json.dumps(spec))
+        r = run([NVCT, "hook", *step], stdin=json.dumps({"bundle": str(bundle)}))
+    assert r.returncode == 1
+    assert r.stderr == (f"nvct hook {'chain' if how == 'container-root' else step[0]}: container root "
+                        f"{tmp_path / 'link'}: its path leads through a symlink (runc refuses such a root); "
+                        "refusing to write into it\n")
+    assert not (bundle / "rootfs/usr/lib/libcuda.so").is_symlink()

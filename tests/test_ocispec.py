@@ -62,6 +62,27 @@ def test_rootfs_relative_to_bundle():
     assert ocispec.rootfs({"root": {"path": "/abs/r"}}, "/b") == "/abs/r"
     with pytest.raises(SpecError, match="root.path is missing"):
         ocispec.rootfs({}, "/b")
+    assert ocispec.rootfs({"root": {"path": "/a//b/../r/"}}, "/b") == "/a/r"  # cleaned, as runc does
+    assert ocispec.rootfs({"root": {"path": "//r"}}, "/b") == "/r"
+
+
+def test_a_relative_root_is_joined_to_the_bundles_real_path(tmp_path):
+    """runc joins it to its working directory, the bundle as getcwd(3) shows it: no symlinks."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert ocispec.rootfs({"root": {"path": "rootfs"}}, str(tmp_path / "link")) == str(tmp_path / "real/rootfs")
+
+
+@pytest.mark.parametrize("maps, owners", [
+    (None, ()),
+    ([{"containerID": 0, "hostID": 100000, "size": 65536}], (100000,)),
+    ([{"containerID": 1, "hostID": 200001, "size": 10}, {"containerID": 0, "hostID": 5000, "size": 1}], (5000,)),
+    ([{"containerID": 1000, "hostID": 1000, "size": 1}], ()),  # root not mapped
+    ([{"containerID": "0", "hostID": 1, "size": 1}, "x"], ()),  # malformed: ignored, the runtime says so
+])
+def test_root_owners_is_the_host_uid_of_the_containers_root(maps, owners):
+    spec = {"linux": {"uidMappings": maps}} if maps is not None else {}
+    assert ocispec.root_owners(spec) == owners
 
 
 @pytest.mark.parametrize("spec, line", [
