@@ -113,6 +113,8 @@ def _compile(rules, default: bool = False) -> bytes:
                 ins = ins[:2] + struct.pack("<h", len(flat) - at - 1 + 2) + ins[4:]
             code.append(ins)
         code += [bpf.insn(0xB7, 0, imm=int(allow)), bpf.insn(0x95)]
+        if not flat:  # a wildcard: what follows could never run (the verifier refuses it), as crun stops
+            return b"".join(code)
     code += [bpf.insn(0xB7, 0, imm=int(default)), bpf.insn(0x95)]
     return b"".join(code)
 
