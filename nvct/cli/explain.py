@@ -26,9 +26,10 @@ def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff
 
     if not bundle and not env:
         raise click.UsageError("give --bundle DIR, or the container's env with -e K=V")
-    base = ocispec.load(bundle) if bundle else None
+    config = load_config(ctx)
+    base, rewritten = explain.unrewrite(ocispec.load(bundle), config, bundle=bundle) if bundle else (None, [])
     spec = explain.spec_from_options(env, privileged=privileged, mounts=mounts, annotations=annotations, base=base)
-    result = explain.explain(spec, load_config(ctx), bundle=bundle)
+    result = explain.explain(spec, config, bundle=bundle, rewritten=rewritten)
     if as_json:
         click.echo(json.dumps(explain.to_json(result, diff=show_diff), indent=2))
     else:

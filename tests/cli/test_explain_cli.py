@@ -20,6 +20,7 @@ import pytest
 from nvct import explain
 
 from tests.doctor.nodes import GpuNode, clean_env, entry_point, write
+from tests.support.fixtures import rootfs  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +137,50 @@ def test_explain_runs_in_under_a_second(node, bins):
         times.append(time.monotonic() - start)
         assert shown.returncode == 0, shown.stderr
     assert min(times) < 1.0, times
+
+
+@pytest.fixture(scope="module")
+def real_node(tmp_path_factory) -> GpuNode:
+    """A node whose config runs real containers (runc, nvct's hooks)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the simulated node's device nodes are made with mknod)")
+    return GpuNode(tmp_path_factory.mktemp("explain-rewritten"), real=True)
+
+
+@pytest.mark.parametrize("mode, device", [("jit-cdi", "1"), ("cdi", "nvidia.com/gpu=1"), ("legacy", "1"),
+                                          ("auto", "0:1"), ("auto", "nvidia.com/gpu=2")])
+def test_explain_on_a_bundle_the_shim_rewrote_explains_the_original_request(real_node, bins, tmp_path, rootfs,
+                                                                            mode, device):
+    """After a real create (shim, then runc), config.json is the shim's output: explain recognises
+    nvct's edits and explains the request the engine passed, as it did before the create."""
+    from tests.support.bundle import make_bundle
+    from tests.support.gpu_runs import PATH_ENV, need_runtime
+
+    need_runtime("runc")
+    config = _config(real_node, tmp_path, mode)
+    bundle = make_bundle(str(tmp_path / "bundle"), rootfs, ["sh"], env=[PATH_ENV, f"NVIDIA_VISIBLE_DEVICES={device}"])
+    first = _explain(bins, config, "--bundle", bundle, "--json")
+    assert first.returncode == 0, first.stderr
+    state = str(tmp_path / "state")
+    with open(tmp_path / "create.err", "w") as err:  # the created container holds its stdio: no pipes
+        created = subprocess.run([bins["nvidia-container-runtime"], "--root", state, "create", "--bundle", bundle,
+                                  "explain-1"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                 timeout=60, env=clean_env(NVIDIA_CTK_CONFIG_FILE_PATH=config))
+    try:
+        assert created.returncode == 0, (tmp_path / "create.err").read_text()
+        again = _explain(bins, config, "--bundle", bundle, "--json")
+        text = _explain(bins, config, "--bundle", bundle)
+    finally:
+        subprocess.run(["/usr/sbin/runc", "--root", state, "delete", "-f", "explain-1"], capture_output=True)
+    assert again.returncode == 0, again.stderr
+    before, after = json.loads(first.stdout), json.loads(again.stdout)
+    assert before["rewritten"] == [] and after["rewritten"], after
+    assert after["mode"] == before["mode"] and after["request"] == before["request"]
+    for key, fields in (("deviceNodes", ("path", "major", "minor")), ("mounts", ("containerPath", "hostPath"))):
+        assert {tuple(x[f] for f in fields) for x in after["edits"].get(key, [])} == \
+               {tuple(x[f] for f in fields) for x in before["edits"].get(key, [])}, key
+    if mode == "legacy":
+        assert [h["path"] for h in after["edits"]["hooks"]] == [h["path"] for h in before["edits"]["hooks"]]
+        assert after["inside"] == before["inside"]
+    assert text.stdout.startswith("bundle:   already rewritten by nvct's shim"), text.stdout
+    assert "no GPU requested" not in text.stdout
