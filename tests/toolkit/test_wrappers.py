@@ -31,7 +31,7 @@ def installed(tmp_path_factory):
     record = tmp / "calls"
     fake = tmp / "fake-runc"
     fake.write_text(f'#!/bin/sh\nprintf "%s|%s\\n" "${{NVIDIA_CTK_CONFIG_FILE_PATH:-direct}}" "$*" >> {record}\n'
-                    f'env > {record}.env\n')
+                    f'if [ -n "${{ENV_DUMP-}}" ]; then env > {record}.env; fi\n')
     fake.chmod(0o755)
     opts = Options(install_dir=str(tmp / "install"), driver_root="/", proc_root=str(proc), python=sys.executable,
                    host_root="/", no_runtime_config=True, low_level_runtimes=[str(fake)])
@@ -106,7 +106,7 @@ def test_the_runtime_wrapper_hands_the_runtime_the_engines_environment(installed
     mark, env = planted
     (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
     os.utime(layout.config(), None)  # just written: not trusted by the front, so through Python
-    engine = {"NOTIFY_SOCKET": "/run/x 'y'", **env}
+    engine = {"NOTIFY_SOCKET": "/run/x 'y'", "ENV_DUMP": "1", **env}
     result = _run(layout.runtime(), "state", "x", env=engine)
     assert result.returncode == 0, result.stderr
     assert _calls(record) == [f"{layout.config()}|state x"]
