@@ -45,15 +45,15 @@ PARAMS_FILE = "nvct-driver-params"
 #: on procfs (or is this process's own /proc file: a simulated node). ``mount -c`` hands the
 #: relative target to the kernel as it is. A volume there was refused by the shim already.
 MASK_SCRIPT = ('while IFS= read -r line; do :; done\n'
-               'r=${1%/}; p=driver/nvidia/params\n'
+               'r=${1%/}; m=$2; p=driver/nvidia/params\n'
                'no() { echo "nvct: $r/proc$1; not masking the driver params" >&2; exit 1; }\n'
                'cd -P -- "$r/proc" 2>/dev/null || exit 0\n'
                '[ "$PWD" = "$r/proc" ] || no ": reached through a symlink"\n'
                'for q in driver driver/nvidia $p; do [ -L $q ] && no "/$q: a symlink"; done\n'
                '[ -e $p ] || exit 0\n'
-               '[ "$(stat -f -c %t $p)" = 9fa0 ] || [ "$(stat -c %d:%i $p)" = "$(stat -c %d:%i /proc/$p 2>/dev/null)" ] '
-               '|| no "/$p: not on the kernel\'s procfs"\n'
-               'exec mount -c --bind -o ro "$2" $p\n')
+               '[ "$(stat -f -c %t $p)" = 9fa0 ] || { set -- $(stat -c %d:%i $p /proc/$p 2>/dev/null); '
+               '[ $# = 2 ] && [ "$1" = "$2" ]; } || no "/$p: not on the kernel\'s procfs"\n'
+               'exec mount -c --bind -o ro "$m" $p\n')
 
 
 class Plan:
