@@ -12,9 +12,10 @@ wrappers, each of those wrappers is replaced by a stand-in: a few lines of
 sh, no Python and nothing else of the toolkit, that pass every call but
 ``create``/``run`` to the first low-level runtime of the installed config (the
 one the shim itself would have picked), and refuse to create with one line.
-Everything else in the directory goes. The next install replaces the
-stand-ins with the real wrappers; :func:`prune` (``nvct doctor --fix``'s step)
-removes them once no process names them.
+Everything else in the directory goes. A stand-in removes itself after a
+``delete`` that leaves no process naming it; the next install replaces the
+stand-ins with the real wrappers; :func:`prune` (for ``doctor``) removes those
+that no process names.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ def script(path: str, runtimes: list[str]) -> str:
     return f"""#!/bin/sh
 {MARK} left at {path} when nvct's toolkit was removed while containers it
 # started still ran: their engines call this path to stop and delete them. Every call but
-# create/run goes to the low-level runtime; nothing is created. The next `nvct toolkit install`
-# replaces this file; `nvct doctor --fix` removes it once no container names it.
-skip= log= format=
+# create/run goes to the low-level runtime; nothing is created. After a delete that leaves no
+# process naming this path, it removes itself (and its directory, once empty); the next
+# `nvct toolkit install` replaces it.
+self={shlex.quote(path)}
+sub= skip= log= format=
 why="nvct was removed from this node; this stand-in only stops and deletes the containers it left running (install nvct again to start GPU containers)"
 for arg do
     case $skip in
@@ -95,14 +98,26 @@ for arg do
                 fi
             fi
             exit 1 ;;
-        *) break ;;
+        *) sub=$arg; break ;;
     esac
 done
 for runtime in {candidates}; do
     case $runtime in
-        /*) [ -x "$runtime" ] && exec "$runtime" "$@" ;;
-        *) command -v "$runtime" >/dev/null 2>&1 && exec "$runtime" "$@" ;;
+        /*) [ -x "$runtime" ] || continue ;;
+        *) runtime=$(command -v "$runtime") || continue ;;
     esac
+    [ "$sub" = delete ] || exec "$runtime" "$@"
+    "$runtime" "$@" || exit
+    # Another process naming this path (a shim's options.json, conmon's arguments) keeps it;
+    # the caller ($PPID, the deleted container's shim) does not. Without grep and tr, keep it.
+    command -v grep >/dev/null 2>&1 && command -v tr >/dev/null 2>&1 || exit 0
+    for proc in /proc/[0-9]*; do
+        case ${{proc#/proc/}} in "$$"|"$PPID") continue ;; esac
+        grep -qsF "\"$self\"" "$proc/cwd/options.json" && exit 0
+        tr '\0' '\n' < "$proc/cmdline" 2>/dev/null | grep -qxF "$self" && exit 0
+    done
+    rm -f "$self" && rmdir "${{self%/*}}" 2>/dev/null
+    exit 0
 done
 echo "$0: none of {_dq(candidates)} is installed" >&2
 exit 1
@@ -130,7 +145,7 @@ def remove_toolkit(root: str, wrappers: list[str], runtimes: list[str], log) -> 
             _remove(os.path.join(root, name))
     for path, pids in sorted(needed.items()):
         log(f"left a stand-in at {path}: running containers (shim pids {', '.join(map(str, pids))}) still "
-            f"need it to be stopped and deleted; the next install or `nvct doctor --fix` removes it")
+            f"need it to be stopped and deleted; it goes with the last of them (or at the next install)")
     return sorted(needed)
 
 

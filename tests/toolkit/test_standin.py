@@ -36,7 +36,7 @@ def test_the_stand_in_passes_calls_through_and_refuses_create(tmp_path):
     path = tmp_path / "nvidia-container-runtime"
     path.write_text(standin.script(str(path), ["/nonexistent/runc", str(fake)]))
     path.chmod(0o755)
-    for argv in (["--root", "/r", "kill", "id", "KILL"], ["--log", "create", "delete", "id"], ["state", "id"]):
+    for argv in (["--root", "/r", "kill", "id", "KILL"], ["--log", "create", "state", "id"]):
         out = subprocess.run([str(path), *argv], capture_output=True, text=True)
         assert (out.returncode, out.stdout) == (0, f"runc {' '.join(argv)}\n"), out
     log = tmp_path / "log.json"
@@ -46,6 +46,10 @@ def test_the_stand_in_passes_calls_through_and_refuses_create(tmp_path):
     assert out.stderr == f"{path}: nvct was removed from this node; this stand-in only stops and deletes the " \
                          f"containers it left running (install nvct again to start GPU containers)\n"
     assert json.loads(log.read_text())["level"] == "error"
+    # a delete that leaves no process naming the stand-in takes it (and its empty directory) away
+    out = subprocess.run([str(path), "--root", "/r", "delete", "id"], capture_output=True, text=True)
+    assert (out.returncode, out.stdout) == (0, "runc --root /r delete id\n"), out
+    assert not path.exists()
 
 
 def test_without_running_containers_the_directory_goes_whole(tmp_path):
