@@ -52,13 +52,19 @@ def _fail(message: str) -> None:
 
 def _prestart(config_path: str | None) -> None:
     start = time.monotonic()
-    from nvct import config as config_mod, log, ocispec, realize, request as request_mod
+    from nvct import config as config_mod, log, lowlevel, ocispec, realize, request as request_mod
     from nvct.hooks.container import read_state
 
+    path = config_path or config_mod.default_path()
+    seen = lowlevel.identity(path)  # before reading, as the shim does
     config = config_mod.load(config_path)
+    # The names the hooks.d front greps for under this config (it never works them out itself).
+    problem = lowlevel.remember(path, seen, request_mod.request_markers(config))
     log.setup(config.get("nvidia-container-runtime.log-level") or "info",
               config.get("nvidia-container-cli.debug") or config.get("nvidia-container-runtime.debug"),
               fmt="json" if os.environ.get("NVCT_LOG_FORMAT") == "json" else "text")
+    if problem:
+        log.logger.debug("cache not used, every call starts Python: %s", problem)
     state = read_state(sys.stdin)
     bundle = state.get("bundle") or state.get("bundlePath")
     if not bundle:

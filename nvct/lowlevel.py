@@ -26,163 +26,256 @@ def find(names: list[str]) -> str:
     )
 
 
-#: config path -> low-level runtime: what the shell front (nvct/scripts/nvidia-container-runtime)
-#: execs for every call but create and run. One "config<TAB>runtime<TAB>stamp" line each; the
-#: stamp is an empty root-only file whose mtime is the config file's when it was read ("-": there
-#: was no config file; "!": not to be trusted, see :func:`remember`). The shell front uses a line
-#: only while the config's mtime equals the stamp's (two ``test -nt``, no fork), so an edited
-#: config never runs a runtime it no longer names: the next call goes through Python. In legacy
-#: mode the line goes on with "<TAB>file": a root-only file in :data:`HOOKS` whose two lines are a
-#: program and the prestart hook that program's front appends to a GPU container's config.json
-#: itself (:func:`nvct.modes.legacy_record`). It is a file of its own because the front's ``read``
-#: takes a byte per system call: every line before the one it looks for costs its length.
+#: config path -> what the sh fronts (nvct/scripts/nvidia-container-runtime and -hook) may do
+#: without Python under that config: one "config<TAB>runtime<TAB>identity<TAB>hooks<TAB>names" line
+#: each ("-" for a field with nothing in it).
+#:
+#: * runtime: the low-level runtime the shim execs for every call but a GPU create ("-": recorded
+#:   by the hook, which resolves none);
+#: * identity: the config file as ``stat -L -c`` :data:`IDENTITY_FORMAT` prints it (device, inode,
+#:   size, mtime, ctime), taken before it was read; "-": there was no config file; "!": not to be
+#:   trusted (:func:`identity`). A front uses a line only while ``stat`` prints exactly this, so
+#:   any change to the file (a copy keeping its mtime too: the ctime moves) goes through Python;
+#: * hooks: in legacy mode, a root-only file in :data:`HOOKS` whose two lines are a program and the
+#:   prestart hook that program's front appends to a GPU container's config.json itself
+#:   (:func:`nvct.modes.legacy_record`); a file of its own because the front's ``read`` takes a
+#:   byte per system call, so the line stays short;
+#: * names: a root-only file in :data:`NAMES`, one string a line, that the fronts hand to
+#:   ``grep -F -f``: the strings without which a config.json cannot ask for a GPU under this
+#:   config (:func:`nvct.request.request_markers`). The fronts never work them out themselves.
+#:
+#: Every file is named by its content's hash and written once, so concurrent writers agree. All of
+#: it is opened from a /run/nvct that is root's, mode 0700, through no symlink (:mod:`nvct.fileutil`).
 CACHE_DIR = "/run/nvct"
 CACHE = CACHE_DIR + "/runtimes"
-STAMPS = CACHE_DIR + "/stamps"
 HOOKS = CACHE_DIR + "/legacy-hooks"
+NAMES = CACHE_DIR + "/names"
+IDENTITY_FORMAT = "%d:%i:%s:%.9Y:%.9Z"
 _CACHE_MAX = 64
-_ABSENT, _UNTRUSTED = "-", "!"
-#: A config younger than this may still change within the filesystem's timestamp granularity
-#: without its mtime changing ("racy git"): its line is written untrusted.
-_RACY_NS = 2_000_000_000
+_NONE, _ABSENT, _UNTRUSTED = "-", "-", "!"
+#: A config changed this recently may change again within one tick of the clock that stamps
+#: files, keeping its whole identity ("racy git"): it is recorded untrusted. Whole-second
+#: timestamps (a file system without nanoseconds) need 2 s.
+_RACY_NS, _RACY_COARSE_NS = 10_000_000, 2_000_000_000
+#: A names or hooks file younger than this is kept by a prune: another writer may be about to
+#: name it in its line.
+_YOUNG_NS = 10_000_000_000
 
 
-def stamp(config_path: str) -> int | None | bool:
-    """The config file's mtime, taken *before* reading it; ``False`` when it cannot be known."""
+def identity(config_path: str) -> str | None | bool:
+    """The config file's identity, taken *before* reading it (see :data:`CACHE`); ``None``: no
+    file; ``False``: it cannot be known, or it is too fresh to be trusted."""
     try:
-        return os.stat(config_path).st_mtime_ns
+        st = os.stat(config_path)
     except FileNotFoundError:
         return None
     except OSError:
         return False
+    coarse = st.st_mtime_ns % 1_000_000_000 == 0 and st.st_ctime_ns % 1_000_000_000 == 0
+    if st.st_mtime_ns < 0 or time.time_ns() - st.st_ctime_ns < (_RACY_COARSE_NS if coarse else _RACY_NS):
+        return False
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{_seconds(st.st_mtime_ns)}:{_seconds(st.st_ctime_ns)}"
 
 
-def remember(config_path: str, runtime: str, seen: int | None | bool,
-             legacy: tuple[str, str] | None = None) -> None:
-    """Record ``runtime`` for ``config_path`` read at mtime ``seen`` (root only; nothing else may
-    write there), and ``legacy``'s (program, hook) when there is one. A directory that is not
-    root's or that others may write is not used, and a cache found in one is removed."""
-    if os.geteuid() != 0 or "\t" in config_path or "\n" in config_path:
-        return
+def _seconds(ns: int) -> str:
+    """``stat``'s ``%.9Y``."""
+    return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
+
+
+def remember(config_path: str, seen: str | None | bool, names: list[str], runtime: str | None = None,
+             legacy: tuple[str, str] | None = None) -> str | None:
+    """Record, for ``config_path`` read with identity ``seen``, the request ``names``, ``runtime``
+    and ``legacy``'s (program, hook) when there is one (root only: nothing else may write there).
+
+    ``runtime=None`` (the hook): the line keeps the shim's runtime and hook while the config is the
+    one they were recorded for. Returns why nothing could be recorded, for a debug line, or None.
+    A /run/nvct that is not root's directory, or that others may write, is not used (a cache found
+    in such a directory is removed from it, never through a link).
+    """
+    if os.geteuid() != 0 or any(c in f"{config_path}{runtime}" for c in "\t\n"):
+        return None
+    from nvct import fileutil
+
     try:
-        os.makedirs(CACHE_DIR, mode=0o700, exist_ok=True)
-        if not _private(CACHE_DIR):
-            _unlink(CACHE)
-            return
-        entries = _entries()
-        mark = _mark(config_path, seen)
-        hooks = _hook_file(config_path, legacy)
-        entry = (runtime, mark, hooks)
-        if entries.get(config_path) == entry and _stamp_holds(mark, seen) and _hook_file_holds(hooks, legacy):
-            return
-        if len(entries) >= _CACHE_MAX:  # many config files are a test machine's; keep it small
-            entries.clear()
-        entries[config_path] = entry
-        if mark.startswith("/"):
-            _write_private(mark, "", mtime_ns=seen)  # type: ignore[arg-type]
-        if hooks:
-            _write_private(hooks, "".join(f"{line}\n" for line in legacy or ()))
-        _write_private(CACHE, "".join("\t".join((k, *(e if e[2] else e[:2]))) + "\n"
-                                      for k, e in sorted(entries.items())))
-        _prune(STAMPS, {e[1] for e in entries.values()})
-        _prune(HOOKS, {e[2] for e in entries.values()})
-    except OSError:
-        pass
+        top = fileutil.open_dir(CACHE_DIR, create_mode=0o700)
+    except OSError as e:
+        return f"{CACHE_DIR}: not used: {e.strerror}"
+    try:
+        if not fileutil.private(os.fstat(top)):
+            _unlink_at(top, "runtimes")
+            return f"{CACHE_DIR}: not used: not root's, or others may write it"
+        return _remember(top, config_path, seen, names, runtime, legacy)
+    except OSError as e:
+        return f"{CACHE_DIR}: not written: {e.strerror or e}"
+    finally:
+        os.close(top)
+
+
+def _remember(top: int, config_path: str, seen, names: list[str], runtime: str | None,
+              legacy: tuple[str, str] | None, *, locked: bool = False) -> str | None:
+    from nvct import fileutil
+
+    entries = _entries(top)
+    mark = _mark(seen)
+    names_text = _names_text(names)
+    hooks_text = _hooks_text(legacy)
+    old = entries.get(config_path)
+    if runtime is None:
+        keep = old is not None and old[1] == mark and mark != _UNTRUSTED
+        runtime, hooks = (old[0], old[2]) if keep else (_NONE, _NONE)  # type: ignore[index]
+        hooks_text = None
+    else:
+        hooks = _content_name(hooks_text) if hooks_text else _NONE
+    entry = (runtime, mark, hooks, _content_name(names_text))
+    if not locked and (old != entry or not _holds(top, entry, names_text, hooks_text)):
+        # Writers take turns (flock on /run/nvct, released when the process ends, killed too): a
+        # line written between another writer's read and write would be lost, a file another
+        # writer is about to name pruned. Readers (the fronts) never wait: every file is renamed
+        # into place whole.
+        import fcntl
+
+        fcntl.flock(top, fcntl.LOCK_EX)
+        try:
+            return _remember(top, config_path, seen, names, runtime, legacy, locked=True)
+        finally:
+            fcntl.flock(top, fcntl.LOCK_UN)
+    dirs = {}
+    try:
+        for sub, text, name in ((NAMES, names_text, entry[3]), (HOOKS, hooks_text, entry[2])):
+            if not text:
+                continue
+            fd = dirs[sub] = fileutil.open_private_dir(top, os.path.basename(sub))
+            if fd is None:
+                return f"{sub}: not used: not root's, or others may write it"
+            if _read_at(fd, name) != text:
+                fileutil.replace_at(fd, name, text.encode("utf-8", "surrogateescape"), 0o600)
+        if old == entry:
+            return None
+        # The latest first (the fronts read up to their line a byte per system call); many config
+        # files are a test machine's: the oldest go.
+        entries.pop(config_path, None)
+        lines = [(config_path, entry), *list(entries.items())[:_CACHE_MAX - 1]]
+        entries = dict(lines)
+        fileutil.replace_at(top, "runtimes", "".join(
+            "\t".join((k, *e)) + "\n" for k, e in lines).encode("utf-8", "surrogateescape"))
+        for sub, column in ((NAMES, 3), (HOOKS, 2)):
+            if dirs.get(sub) is None:
+                dirs[sub] = fileutil.open_private_dir(top, os.path.basename(sub), create=False)
+            if dirs[sub] is not None:
+                _prune(dirs[sub], {e[column] for e in entries.values()})
+    finally:
+        for fd in dirs.values():
+            if fd is not None:
+                os.close(fd)
+    return None
+
+
+def _holds(top: int, entry: tuple[str, str, str, str], names_text: str, hooks_text: str | None) -> bool:
+    """The files ``entry`` names hold what they should (a prune or a kill may have taken one)."""
+    for sub, text, name in ((NAMES, names_text, entry[3]), (HOOKS, hooks_text, entry[2])):
+        if not text:
+            continue
+        try:
+            fd = os.open(os.path.basename(sub), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=top)
+        except OSError:
+            return False
+        try:
+            if _read_at(fd, name) != text:
+                return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def last_known(config_path: str) -> str | None:
-    """The runtime last recorded for ``config_path``, whatever its stamp: what the containers
+    """The runtime last recorded for ``config_path``, whatever its identity: what the containers
     created under that config run with, and so what a broken config falls back to."""
-    if not _private(CACHE_DIR):
-        return None
-    runtime = _entries().get(config_path, (None, ""))[0]
-    return runtime if runtime and os.access(runtime, os.X_OK) else None
+    from nvct import fileutil
 
-
-def _entries() -> dict[str, tuple[str, str, str]]:
-    entries: dict[str, tuple[str, str, str]] = {}
     try:
-        with open(CACHE, encoding="utf-8") as f:
-            for line in f:
-                key, runtime, mark, hooks = (line.rstrip("\n").split("\t", 3) + [""] * 3)[:4]
-                if runtime:
-                    entries[key] = (runtime, mark or _UNTRUSTED, hooks)
-    except (OSError, UnicodeDecodeError):
-        pass
+        top = fileutil.open_dir(CACHE_DIR)
+    except OSError:
+        return None
+    try:
+        if not fileutil.private(os.fstat(top)):
+            return None
+        runtime = _entries(top).get(config_path, (_NONE,))[0]
+    finally:
+        os.close(top)
+    return runtime if runtime != _NONE and os.path.isabs(runtime) and os.access(runtime, os.X_OK) else None
+
+
+def _entries(top: int) -> dict[str, tuple[str, str, str, str]]:
+    entries: dict[str, tuple[str, str, str, str]] = {}
+    text = _read_at(top, "runtimes")
+    for line in (text or "").splitlines():
+        fields = line.split("\t")
+        if len(fields) == 5 and all(fields):
+            entries[fields[0]] = (fields[1], fields[2], fields[3], fields[4])
     return entries
 
 
-def _mark(config_path: str, seen: int | None | bool) -> str:
+def _read_at(dir_fd: int, name: str) -> str | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        with open(fd, "rb", closefd=False) as f:
+            return f.read().decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _mark(seen: str | None | bool) -> str:
     if seen is None:
         return _ABSENT
-    if seen is False or time.time_ns() - seen < _RACY_NS:  # type: ignore[operator]
+    if seen is False or not isinstance(seen, str) or "\t" in seen:
         return _UNTRUSTED
-    return f"{STAMPS}/{_crc(config_path)}"
+    return seen
 
 
-def _crc(text: str) -> str:
-    import zlib  # only when a line is written
+def _names_text(names: list[str]) -> str:
+    """One name a line for ``grep -F -f``. A name that a line cannot hold exactly, one with a
+    newline or NUL, is replaced by the empty line, which matches every spec: never a false no."""
+    lines = ["" if ("\n" in n or "\0" in n) else n for n in names]
+    return "".join(f"{line}\n" for line in lines)
 
-    return f"{zlib.crc32(text.encode('utf-8', 'surrogateescape')):08x}"
 
-
-def _hook_file(config_path: str, legacy: tuple[str, str] | None) -> str:
-    """Named by the config and the content, so a line names exactly what its own run wrote."""
+def _hooks_text(legacy: tuple[str, str] | None) -> str:
     if not legacy or any(c in "\n\t" for c in "".join(legacy)):
         return ""
-    return f"{HOOKS}/{_crc(config_path)}-{_crc(chr(10).join(legacy))}"
+    return "".join(f"{line}\n" for line in legacy)
 
 
-def _hook_file_holds(path: str, legacy: tuple[str, str] | None) -> bool:
-    if not path:
-        return True
+def _content_name(text: str) -> str:
+    """A file's name from its content (lowercase hex, what the fronts accept)."""
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
-            return f.read() == "".join(f"{line}\n" for line in legacy or ())
-    except (OSError, UnicodeDecodeError):
-        return False
+        from _blake2 import blake2b  # built in: hashlib would cost ~7 ms of imports here
+    except ImportError:  # pragma: no cover - an interpreter without it
+        from hashlib import blake2b
+    return blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
-def _write_private(path: str, text: str, mtime_ns: int | None = None) -> None:
-    """``text`` into ``path`` (0600, its directory made 0700; a stamp: ``mtime_ns``), renamed into place."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w",
-              encoding="utf-8") as f:
-        f.write(text)
-    if mtime_ns is not None:
-        os.utime(tmp, ns=(mtime_ns, mtime_ns))
-    os.replace(tmp, path)
+def _prune(dir_fd: int, keep: set[str]) -> None:
+    now = time.time_ns()
+    for name in os.listdir(dir_fd):
+        if name in keep:
+            continue
+        try:
+            if now - os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns < _YOUNG_NS:
+                continue
+        except OSError:
+            continue
+        _unlink_at(dir_fd, name)
 
 
-def _stamp_holds(mark: str, seen: int | None | bool) -> bool:
-    if not mark.startswith("/"):
-        return True
+def _unlink_at(dir_fd: int, name: str) -> None:
     try:
-        return os.stat(mark, follow_symlinks=False).st_mtime_ns == seen
-    except OSError:
-        return False
-
-
-def _prune(directory: str, keep: set[str]) -> None:
-    for name in os.listdir(directory) if os.path.isdir(directory) else ():
-        path = f"{directory}/{name}"
-        if path not in keep and not name.endswith(".tmp"):
-            _unlink(path)
-
-
-def _private(path: str) -> bool:
-    """Root's, not a symlink, and writable by no one else: the shell front's checks, and more."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return st.st_uid == 0 and not st.st_mode & 0o022 and os.path.isdir(path) and not os.path.islink(path)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=dir_fd)
     except OSError:
         pass
 

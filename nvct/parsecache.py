@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 ROOT = "/run/nvct"
 MAX_ENTRIES = 256
+#: Why an entry could not be used or written in this process (a full /run, a directory that is not
+#: root's): the shim logs them as a debug line, since every start then pays the parse.
+problems: list[str] = []
 
 
 def parse_cached(raw: bytes, path: str, kind: str, parse: Callable[[bytes], Any]) -> Any:
@@ -36,63 +39,90 @@ def parse_cached(raw: bytes, path: str, kind: str, parse: Callable[[bytes], Any]
     """
     import marshal
 
-    entry = _entry(path, kind)
-    if entry:
-        try:
-            with open(entry, "rb") as f:
-                cached_raw, data = marshal.loads(f.read())
-            if cached_raw == raw:
-                return data
-        except (OSError, ValueError, EOFError, TypeError):
-            pass
-    data = parse(raw)
-    if entry:
-        tmp = f"{entry}.{os.getpid()}.tmp"
-        try:
-            blob = marshal.dumps((raw, data))
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
-                f.write(blob)
-            os.replace(tmp, entry)
-            _trim(os.path.dirname(entry), entry)
-        except (OSError, ValueError):  # ValueError: a value marshal cannot hold (a TOML date)
+    directory = _directory(kind)
+    if directory is None:
+        return parse(raw)
+    try:
+        name = _name(path)
+        blob = _read_at(directory, name)
+        if blob is not None:
             try:
-                os.unlink(tmp)
-            except OSError:
+                cached_raw, data = marshal.loads(blob)
+                if cached_raw == raw:
+                    return data
+            except (ValueError, EOFError, TypeError):
                 pass
-    return data
+        data = parse(raw)
+        try:
+            from nvct import fileutil
+
+            fileutil.replace_at(directory, name, marshal.dumps((raw, data)), 0o600)
+            _trim(directory, name)
+        except ValueError:  # a value marshal cannot hold (a TOML date)
+            pass
+        except OSError as e:
+            problems.append(f"{ROOT}/{kind}-cache/{name}: not written: {e.strerror or e}")
+        return data
+    finally:
+        os.close(directory)
 
 
-def _entry(path: str, kind: str) -> str | None:
-    """The entry for ``path``, only where nobody but root can write it."""
+def _directory(kind: str) -> int | None:
+    """``ROOT/<kind>-cache`` opened through no symlink, only where nobody but root can write it."""
     if os.geteuid() != 0:
         return None
-    directory = f"{ROOT}/{kind}-cache"
+    from nvct import fileutil
+
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        st = os.lstat(directory)
+        top = fileutil.open_dir(ROOT, create_mode=0o700)
+    except OSError as e:
+        problems.append(f"{ROOT}: not used: {e.strerror}")
+        return None
+    try:
+        if not fileutil.private(os.fstat(top)):
+            problems.append(f"{ROOT}: not used: not root's, or others may write it")
+            return None
+        fd = fileutil.open_private_dir(top, f"{kind}-cache")
+        if fd is None:
+            problems.append(f"{ROOT}/{kind}-cache: not used: not root's, or others may write it")
+        return fd
+    finally:
+        os.close(top)
+
+
+def _name(path: str) -> str:
+    name = os.path.abspath(path).replace("%", "%25").replace("/", "%")
+    return name[-200:] + ".marshal"
+
+
+def _read_at(dir_fd: int, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
-    if not _root_only_dir(st):
+    try:
+        with open(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError:
         return None
-    name = os.path.abspath(path).replace("%", "%25").replace("/", "%")
-    return os.path.join(directory, name[-200:] + ".marshal")
+    finally:
+        os.close(fd)
 
 
-def _trim(directory: str, keep: str) -> None:
-    """Keep the newest half of ``directory``'s entries (and ``keep``) once it holds more than MAX_ENTRIES."""
-    with os.scandir(directory) as it:
-        entries = [e for e in it if e.name.endswith(".marshal") and e.path != keep]
+def _trim(dir_fd: int, keep: str) -> None:
+    """Keep the newest half of the directory's entries (and ``keep``) once it holds more than MAX_ENTRIES."""
+    entries = []
+    for name in os.listdir(dir_fd):
+        if name.endswith(".marshal") and name != keep:
+            try:
+                entries.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
+            except OSError:
+                pass
     if len(entries) < MAX_ENTRIES:
         return
-    entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns)
-    for e in entries[:len(entries) - MAX_ENTRIES // 2]:
+    entries.sort()
+    for _, name in entries[:len(entries) - MAX_ENTRIES // 2]:
         try:
-            os.unlink(e.path)
+            os.unlink(name, dir_fd=dir_fd)
         except OSError:
             pass
-
-
-def _root_only_dir(st: os.stat_result) -> bool:
-    import stat
-
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o077

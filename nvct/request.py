@@ -100,12 +100,17 @@ def might_request_gpu(raw: bytes, config: Config) -> bool:
     leaves its name in the bytes, unless JSON escapes hide it: any backslash
     means the spec is parsed after all.
     """
-    if b"\\" in raw:
-        return True
-    names = [VISIBLE_DEVICES, CUDA_VERSION, DEVICE_LIST_ROOT]
+    return any(name.encode("utf-8", "surrogateescape") in raw for name in request_markers(config))
+
+
+def request_markers(config: Config) -> list[str]:
+    """The strings of which a config.json that can ask for a GPU holds at least one: the names a
+    request may use under ``config``, and a backslash (a JSON escape may hide a name). The sh
+    fronts grep for exactly these, as nvct.lowlevel records them."""
+    names = ["\\", VISIBLE_DEVICES, CUDA_VERSION, DEVICE_LIST_ROOT]
     names += [s.strip() for s in str(config.get("swarm-resource") or "").split(",") if s.strip()]
-    names += list(config.get("nvidia-container-runtime.modes.cdi.annotation-prefixes") or ())
-    return any(name.encode() in raw for name in names)
+    names += [str(p) for p in config.get("nvidia-container-runtime.modes.cdi.annotation-prefixes") or ()]
+    return names
 
 
 def env_to_dict(env: Sequence[str] | None) -> dict[str, str]:

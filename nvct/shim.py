@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
         from nvct import config as config_mod, lowlevel
 
         path = config_mod.default_path()
-        seen = lowlevel.stamp(path)  # before reading: an edit while we read is noticed next time
+        seen = lowlevel.identity(path)  # before reading: an edit while we read is noticed next time
         try:
             config = config_mod.load()
         except ConfigError as e:
@@ -40,7 +40,10 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
         else:
             _force_mode_by_name(config)
             runtime = lowlevel.find(config.runtimes)
-            lowlevel.remember(path, runtime, seen, _legacy_record(config))
+            from nvct.request import request_markers
+
+            _cache_problem(config, lowlevel.remember(path, seen, request_markers(config), runtime,
+                                                     _legacy_record(config)))
             if args.subcommand in ("create", "run"):
                 _create(args, config, start, runtime)
     except NvctError as e:
@@ -74,6 +77,20 @@ def _legacy_record(config) -> tuple[str, str] | None:
 
     hook = legacy_record(config, program)
     return (program, hook) if hook else None
+
+
+def _cache_problem(config, problem: str | None) -> None:
+    """A cache in /run/nvct that cannot be written: every call then starts Python; say why."""
+    from nvct import parsecache
+
+    problems = [p for p in (problem, *parsecache.problems) if p]
+    if not problems or not config.get("nvidia-container-runtime.debug"):
+        return
+    from nvct import log
+
+    log.setup(config.get("nvidia-container-runtime.log-level") or "info", config.get("nvidia-container-runtime.debug"))
+    for p in problems:
+        log.logger.debug("cache not used, every call starts Python: %s", p)
 
 
 def _version_asked(argv: list[str]) -> bool:

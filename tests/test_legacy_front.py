@@ -45,9 +45,22 @@ def front(tmp_path, request):
     runc.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv\n")
     runc.chmod(0o755)
     front = Front(tmp_path / "bin", request.param)
+    _privately(front, tmp_path / "run")
     front.config = legacy_config(tmp_path / "config.toml", str(runc))
     prime(front, front.config)
     return front
+
+
+def _privately(front, run):
+    """``front.shim`` becomes a program beside it that runs it in a mount namespace of its own whose
+    /run is ``run``: what it records, no other test (or stale copy of nvct) rewrites or removes."""
+    os.makedirs(run, exist_ok=True)
+    wrapper = os.path.join(front.dir, "private-runtime")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nexec unshare -m --propagation private sh -c 'mount --bind \"$0\" /run && exec \"$@\"' "
+                f"{run} {front.shim} \"$@\"\n")
+    os.chmod(wrapper, 0o755)
+    front.real_shim, front.shim = front.shim, wrapper
 
 
 def _spec(hooks, env=("NVIDIA_VISIBLE_DEVICES=0",), annotations=None):
@@ -81,7 +94,7 @@ def _by_python(front, tmp_path, text, argv_before=()):
     bundle = _bundle(tmp_path / "by-python", text)
     env = shim_env(front.config)
     code = "import sys; sys.argv = sys.argv[1:]; from nvct.shim import main; sys.exit(main(banner=False))"
-    r = subprocess.run([sys.executable, "-I", "-c", code, front.shim, *argv_before, "create", "--bundle", bundle,
+    r = subprocess.run([sys.executable, "-I", "-c", code, front.real_shim, *argv_before, "create", "--bundle", bundle,
                         "c1"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     with open(os.path.join(bundle, "config.json")) as f:
@@ -249,6 +262,7 @@ def test_an_edited_config_goes_to_python_which_records_again(front, tmp_path):
 
 def test_another_program_under_the_same_config_goes_to_python(front, tmp_path):
     other = Front(tmp_path / "other")
+    _privately(other, tmp_path / "run")
     other.config = front.config
     bundle = _bundle(tmp_path / "bundle", _compact(_spec(None)))
     assert _run(other, ["create", "--bundle", bundle, "c1"]).returncode == 0
@@ -270,13 +284,88 @@ def test_what_python_does_not_record(tmp_path, case):
     _needs_root()
     runc = shutil.which("true")
     front = Front(tmp_path / "bin")
+    _privately(front, tmp_path / "run")
     if case == "a hook only PATH finds":
         os.unlink(front.hook)
     extra = f'debug = "{tmp_path}/shim.log"\n' if case == "a log file" else ""
     mode = "jit-cdi" if case == "jit-cdi mode" else "legacy"
     front.config = legacy_config(tmp_path / "config.toml", runc, extra=extra, mode=mode)
     prime(front, front.config)
-    with open("/run/nvct/runtimes") as f:
+    with open(tmp_path / "run" / "nvct" / "runtimes") as f:
         [line] = [line for line in f if line.startswith(front.config + "\t")]
-    assert line.rstrip("\n").split("\t")[1] == runc
-    assert len(line.split("\t")) == 3
+    key, runtime, ident, hooks, names = line.rstrip("\n").split("\t")
+    assert (runtime, hooks) == (runc, "-")  # no hook to append
+
+
+def _private(run, argv):
+    """``argv`` in a mount namespace of its own whose /run is ``run``."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount --bind "$0" /run && exec "$@"',
+            str(run), *argv]
+
+
+def _private_front(tmp_path):
+    """A recorded legacy front whose /run is tmp_path/run: (front, its /run/nvct there)."""
+    _needs_root()
+    runc = tmp_path / "fake-runc"
+    runc.write_text("#!/bin/sh\nexit 0\n")
+    runc.chmod(0o755)
+    front = Front(tmp_path / "bin")
+    front.config = legacy_config(tmp_path / "config.toml", str(runc))
+    front.run = tmp_path / "run"
+    front.run.mkdir()
+    for _ in range(20):
+        subprocess.run(_private(front.run, [front.shim, "state", "x"]), env=shim_env(front.config),
+                       capture_output=True, timeout=60)
+        with open(front.run / "nvct" / "runtimes") as f:
+            line = [line.split("\t") for line in f if line.startswith(front.config + "\t")]
+        if line and line[0][2][:1].isdigit() and line[0][3] != "-":
+            return front, front.run / "nvct"
+    raise AssertionError("never recorded")
+
+
+def _private_create(front, tmp_path, name="bundle"):
+    bundle = _bundle(tmp_path / name, _compact(_spec(None)))
+    before = front.starts()["shim"]
+    r = subprocess.run(_private(front.run, [front.shim, "create", "--bundle", bundle, "c1"]),
+                       env=shim_env(front.config), capture_output=True, text=True, timeout=60)
+    with open(os.path.join(bundle, "config.json")) as f:
+        return r, json.load(f), front.starts()["shim"] - before
+
+
+def test_a_symlinked_legacy_hooks_folder_is_not_followed(tmp_path):
+    """Issue 22, finding 5: the front read the hook to append through a linked folder."""
+    front, nvct_dir = _private_front(tmp_path)
+    hooks = nvct_dir / "legacy-hooks"
+    [name] = os.listdir(hooks)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    evil = {"path": "/bin/true", "args": ["evil"], "env": ["PATH=/bin"]}
+    (elsewhere / name).write_text(f"{front.shim}\n{json.dumps(evil, separators=(',', ':'))[:-2]}\n")
+    os.rename(hooks, tmp_path / "hooks-away")
+    os.symlink(elsewhere, hooks)
+    r, spec, starts = _private_create(front, tmp_path)
+    assert starts == 1, r.stderr  # Python took it, and Python appends its own hook
+    assert [h["path"] for h in spec["hooks"]["prestart"]] == [front.hook]
+
+
+@pytest.mark.parametrize("how", ["cp -p", "rsync -t"])
+def test_a_config_replaced_keeping_its_mtime_goes_to_python(tmp_path, how):
+    """Issue 22, finding 5: the front appended the hook the old config named."""
+    front, _ = _private_front(tmp_path)
+    other_hook = tmp_path / "other-hook"
+    shutil.copy(front.hook, other_hook)
+    with open(front.config) as f:
+        text = f.read()
+    replacement = tmp_path / "replacement.toml"
+    replacement.write_text(text + f'[nvidia-container-runtime-hook]\npath = "{other_hook}"\n')
+    st = os.stat(front.config)
+    os.utime(replacement, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if how == "cp -p":
+        subprocess.run(["cp", "-p", str(replacement), front.config], check=True)
+    else:
+        subprocess.run(["cp", "-p", str(replacement), front.config + ".tmp"], check=True)
+        os.rename(front.config + ".tmp", front.config)
+    assert os.stat(front.config).st_mtime_ns == st.st_mtime_ns
+    r, spec, starts = _private_create(front, tmp_path)
+    assert starts == 1, r.stderr
+    assert [h["path"] for h in spec["hooks"]["prestart"]] == [str(other_hook)]

@@ -94,3 +94,25 @@ def test_entries_of_files_that_came_and_went_do_not_pile_up(root, monkeypatch):
     parse, calls = _counting(0)
     parsecache.parse_cached(b"x", "/var/run/cdi/claim-29.json", "t", parse)
     assert calls == []
+
+
+def test_a_symlinked_run_nvct_is_not_used_nor_written_through(root, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    root.symlink_to(elsewhere)
+    parse, calls = _counting({"a": 1})
+    assert parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", parse) == {"a": 1}
+    assert parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", parse) == {"a": 1}
+    assert len(calls) == 2 and os.listdir(elsewhere) == []
+
+
+def test_a_stale_temporary_of_a_killed_writer_is_swept_by_the_next_write(root):
+    import subprocess
+
+    parsecache.parse_cached(b"abc", "/etc/x.yaml", "t", lambda raw: 1)
+    p = subprocess.Popen(["true"])
+    p.wait()
+    (root / "t-cache" / f"%etc%x.yaml.marshal.{p.pid}.tmp").write_bytes(b"")  # an older writer's name
+    (root / "t-cache" / f".nvct-{p.pid}-00000000.tmp").write_bytes(b"")
+    parsecache.parse_cached(b"abd", "/etc/x.yaml", "t", lambda raw: 2)
+    assert os.listdir(root / "t-cache") == ["%etc%x.yaml.marshal"]
