@@ -10,7 +10,12 @@ nvct's programs are still there, as ``python3 -I -m nvct.uninstall``:
 * CDI specs under ``/var/run/cdi`` whose hooks run nvct's programs (what the
   package's ``nvidia-cdi-refresh`` unit generates) are removed;
 * anything else that still names nvct's programs (a runtime entry nvct did not
-  write, a spec in ``/etc/cdi``) is listed with what to do about it.
+  write, a spec in ``/etc/cdi``) is listed with what to do about it;
+* for each runtime program a running container's shim still names, a stand-in
+  (:mod:`nvct.toolkit.standin`) is written to ``/run/nvct-standins``; the
+  removal script moves it to the program's path once the package's file is gone,
+  so the container can still be killed and deleted. It removes itself with the
+  last such container (a reboot, which ends them all, clears ``/run``).
 
 ``--in-favour PACKAGE`` (the NVIDIA Container Toolkit replacing nvct, whose
 programs have the same names) changes nothing. Never fails: a removal must not
@@ -39,6 +44,11 @@ _RESTART = {"docker": "restart dockerd", "containerd": "restart containerd", "cr
 ENGINE_FILES = ("/etc/docker/daemon.json", "/etc/containerd/config.toml", "/etc/containerd/conf.d/*.toml",
                 "/etc/crio/crio.conf", "/etc/crio/crio.conf.d/*", "/usr/share/containers/oci/hooks.d/*.json",
                 "/etc/containers/oci/hooks.d/*.json")
+#: The runtime programs (what engines record per container), and where their stand-ins wait for postrm.
+RUNTIMES = PROGRAMS[:3]
+STANDIN_DIR = "/run/nvct-standins"
+#: The package's config, whose low-level runtimes the stand-ins pass calls to.
+CONFIG = "/etc/nvidia-container-runtime/config.toml"
 GENERATED_SPECS = "/var/run/cdi"
 SPEC_DIRS = ("/etc/cdi",)
 
@@ -53,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     from nvct.runtimes import configured
 
     dockers = [path for engine, path in configured.entries() if engine == "docker"]
-    for line in undo_configured() + remove_generated_specs() + leftovers() + reload_dockerd(dockers):
+    for line in undo_configured() + remove_generated_specs() + leftovers() + reload_dockerd(dockers) + \
+            leave_standins():
         _say(line)
     return 0
 
@@ -239,6 +250,33 @@ def _docker_get(sock: str, path: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"GET {path}: not a JSON object")
     return data
+
+
+def leave_standins() -> list[str]:
+    """Stand-ins for the runtime programs running containers still name, for postrm to put in place."""
+    from nvct.toolkit import standin
+
+    needed = standin.referencing(list(RUNTIMES))
+    if not needed:
+        return []
+    runtimes = standin.config_runtimes(CONFIG, ("docker-runc", "runc", "crun"))  # the reference's default
+    lines = []
+    for path, pids in sorted(needed.items()):
+        target = os.path.join(STANDIN_DIR, os.path.basename(path))
+        try:
+            os.makedirs(STANDIN_DIR, mode=0o755, exist_ok=True)
+            with open(target + ".tmp", "w", encoding="utf-8") as f:
+                f.write(standin.script(path, runtimes))
+            os.chmod(target + ".tmp", 0o755)
+            os.replace(target + ".tmp", target)
+        except OSError as e:
+            lines.append(f"could not leave a stand-in for {path} ({e.strerror}): containers still running on it "
+                         f"(shim pids {', '.join(map(str, pids))}) cannot be stopped through their engine")
+            continue
+        lines.append(f"{path}: a stand-in takes its place for the containers still running on it (shim pids "
+                     f"{', '.join(map(str, pids))}), so they can be stopped and deleted; it goes with the last "
+                     f"of them")
+    return lines
 
 
 def _say(line: str) -> None:

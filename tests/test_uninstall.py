@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -19,6 +20,8 @@ def node(tmp_path, monkeypatch):
     monkeypatch.setattr(uninstall, "ENGINE_FILES", (f"{tmp_path}/etc/docker/*.json",))
     monkeypatch.setattr(uninstall, "SPEC_DIRS", (f"{tmp_path}/etc/cdi",))
     monkeypatch.setattr(uninstall, "GENERATED_SPECS", f"{tmp_path}/run/cdi")
+    monkeypatch.setattr(uninstall, "RUNTIMES", (f"{tmp_path}/usr/bin/nvidia-container-runtime",))
+    monkeypatch.setattr(uninstall, "STANDIN_DIR", f"{tmp_path}/run/nvct-standins")
     return tmp_path
 
 
@@ -64,3 +67,60 @@ def test_replaced_by_the_nvidia_toolkit_changes_nothing(node, capsys):
     assert daemon.read_text() == configured and (node / "run/cdi/nvidia.yaml").exists()
     assert capsys.readouterr().out == ("nvct: replaced by nvidia-container-toolkit, which provides the same "
                                        "programs: engine configs and CDI specs are left as they are\n")
+
+
+POSTRM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "packaging", "debian",
+                      "nvct.postrm")
+
+
+def test_removal_leaves_stand_ins_for_the_runtime_programs_running_containers_name(tmp_path, monkeypatch, capsys):
+    from nvct.toolkit import standin
+
+    runtime, cdi = "/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime.cdi"
+    monkeypatch.setattr(uninstall, "STANDIN_DIR", str(tmp_path / "standins"))
+    monkeypatch.setattr(uninstall, "CONFIG", str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text('[nvidia-container-runtime]\nruntimes = ["crun", "runc"]\n')
+    monkeypatch.setattr(standin, "referencing", lambda paths: {runtime: [41, 42]} if runtime in paths else {})
+    assert uninstall.leave_standins() == [
+        f"{runtime}: a stand-in takes its place for the containers still running on it (shim pids 41, 42), so "
+        f"they can be stopped and deleted; it goes with the last of them"]
+    [left] = os.listdir(tmp_path / "standins")
+    text = (tmp_path / "standins" / left).read_text()
+    assert left == "nvidia-container-runtime" and f"self={runtime}\n" in text and "for runtime in crun runc;" in text
+    assert cdi not in text
+
+
+def _postrm_standins(tmp_path) -> str:
+    """postrm's ``standins`` function, on tmp_path's standins/ and bin/ instead of /run and /usr/bin."""
+    with open(POSTRM) as f:
+        text = f.read()
+    start, end = text.index("standins() {"), text.index("\n}\n", text.index("standins() {")) + 3
+    return (text[start:end].replace("/run/nvct-standins", f"{tmp_path}/standins")
+            .replace("/usr/bin/", f"{tmp_path}/bin/"))
+
+
+def test_postrm_puts_the_stand_ins_in_place_and_each_goes_with_its_last_container(tmp_path):
+    import subprocess
+    import sys
+
+    from nvct.toolkit import standin
+
+    (tmp_path / "standins").mkdir()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "keep").write_text("")  # /usr/bin is never empty
+    names = ("nvidia-container-runtime", "nvidia-container-runtime.cdi")
+    for name in names:
+        path = tmp_path / "standins" / name
+        path.write_text(standin.script(f"{tmp_path}/bin/{name}", ["runc"]))
+        path.chmod(0o755)
+    # a process still naming the first (as conmon names its runtime on its command line)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"{tmp_path}/bin/{names[0]}"],
+                              stdin=subprocess.PIPE)
+    try:
+        subprocess.run(["sh", "-ec", _postrm_standins(tmp_path) + "standins\n"], check=True)
+        assert sorted(os.listdir(tmp_path / "bin")) == ["keep", names[0]]  # the other had no container left
+        assert not (tmp_path / "standins").exists()
+    finally:
+        holder.communicate(b"")
+    subprocess.run([f"{tmp_path}/bin/{names[0]}", "--nvct-prune"], check=True)
+    assert os.listdir(tmp_path / "bin") == ["keep"]

@@ -167,7 +167,7 @@ class Installation:
             from nvct.toolkit import standin  # stand-ins where running containers still name a wrapper
 
             wrappers = list(self.layout.runtimes().values())
-            if not standin.remove_toolkit(self.layout.root, wrappers, standin.installed_runtimes(self.layout),
+            if not standin.remove_toolkit(self.layout.root, wrappers, standin.config_runtimes(self.layout.config()),
                                           self.log):
                 self.log(f"removed {self.layout.root}")
 

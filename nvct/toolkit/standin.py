@@ -72,6 +72,19 @@ def script(path: str, runtimes: list[str]) -> str:
 # process naming this path, it removes itself (and its directory, once empty); the next
 # `nvct toolkit install` replaces it.
 self={shlex.quote(path)}
+# nvct_prune: remove this stand-in (and its directory, once empty) unless a process other than
+# this one and its caller (the deleted container's shim) names it; without grep and tr, keep it.
+nvct_prune() {{
+    command -v grep >/dev/null 2>&1 && command -v tr >/dev/null 2>&1 || return 0
+    for proc in /proc/[0-9]*; do
+        case ${{proc#/proc/}} in "$$"|"$PPID") continue ;; esac
+        grep -qsF "\"$self\"" "$proc/cwd/options.json" && return 0
+        tr '\0' '\n' < "$proc/cmdline" 2>/dev/null | grep -qxF "$self" && return 0
+    done
+    rm -f "$self" && rmdir "${{self%/*}}" 2>/dev/null
+    return 0
+}}
+if [ "$1" = --nvct-prune ]; then nvct_prune; exit 0; fi  # the package's removal script, once in place
 sub= skip= log= format=
 why="nvct was removed from this node; this stand-in only stops and deletes the containers it left running (install nvct again to start GPU containers)"
 for arg do
@@ -108,15 +121,7 @@ for runtime in {candidates}; do
     esac
     [ "$sub" = delete ] || exec "$runtime" "$@"
     "$runtime" "$@" || exit
-    # Another process naming this path (a shim's options.json, conmon's arguments) keeps it;
-    # the caller ($PPID, the deleted container's shim) does not. Without grep and tr, keep it.
-    command -v grep >/dev/null 2>&1 && command -v tr >/dev/null 2>&1 || exit 0
-    for proc in /proc/[0-9]*; do
-        case ${{proc#/proc/}} in "$$"|"$PPID") continue ;; esac
-        grep -qsF "\"$self\"" "$proc/cwd/options.json" && exit 0
-        tr '\0' '\n' < "$proc/cmdline" 2>/dev/null | grep -qxF "$self" && exit 0
-    done
-    rm -f "$self" && rmdir "${{self%/*}}" 2>/dev/null
+    nvct_prune
     exit 0
 done
 echo "$0: none of {_dq(candidates)} is installed" >&2
@@ -194,17 +199,16 @@ def _dq(value: str) -> str:
     return "".join("\\" + c if c in '"$`\\' else c for c in value)
 
 
-def installed_runtimes(layout) -> list[str]:
-    """``nvidia-container-runtime.runtimes`` of the installed config (runc, crun when unreadable)."""
+def config_runtimes(config: str, default: tuple = ("runc", "crun")) -> list[str]:
+    """``nvidia-container-runtime.runtimes`` of the config at ``config`` (``default`` when unreadable)."""
     from nvct.config import parse_toml
     from nvct.errors import NvctError
 
     try:
-        with open(layout.config(), "rb") as f:
-            data = parse_toml(f.read(), layout.config())
-        found = data.get("nvidia-container-runtime", {}).get("runtimes")
+        with open(config, "rb") as f:
+            found = parse_toml(f.read(), config).get("nvidia-container-runtime", {}).get("runtimes")
     except (OSError, NvctError, AttributeError):
         found = None
     if isinstance(found, list) and found and all(isinstance(r, str) for r in found):
         return found
-    return ["runc", "crun"]
+    return list(default)
