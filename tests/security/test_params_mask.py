@@ -145,9 +145,12 @@ def test_a_proc_volume_never_gets_the_mask_on_a_host_file(tmp_path, sim_node, ro
     result = _run(tmp_path, sim_node, rootfs, path, runtime, _volumes(place, host, source), _systemd_host(host, report))
     _assert_host_untouched(report)
     text = refusal(result, tmp_path)
-    if path in ("jit-cdi", "cdi") and place in SEEN:  # the shim, before the runtime runs, names the mount
-        named = "/data" if place == "redirect" else _volumes(place, host, source)[0]["destination"]
+    named = "/data" if place == "redirect" else _volumes(place, host, source)[0]["destination"]
+    if place in SEEN and (path in ("jit-cdi", "cdi") or (path == "legacy" and runtime == "crun")):
+        # the shim before the runtime runs, or the legacy hook (runc refuses these mounts itself)
         assert f"mount at {named}: a GPU container may not mount anything at or under /proc" in text, text
+    elif path == "legacy" and runtime == "crun":  # what only the mask itself can see
+        assert "not on the kernel's procfs (a volume?); refusing to mask it" in text, text
 
 
 # -- the rule itself: the sh hook and the Python step judge every layout alike ------------------
