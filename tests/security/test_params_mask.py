@@ -195,7 +195,7 @@ def _layout(tmp_path, layout: str) -> str:
     return str(root)
 
 
-def _judge(root: str, layout: str, masked: str) -> tuple[str, str, str]:
+def _judge(root: str, layout: str, masked: str, shell: list[str]) -> tuple[str, str, str]:
     """In a private mount namespace: (sh's verdict, Python's verdict, what params shows after the sh)."""
     import subprocess
 
@@ -210,7 +210,7 @@ def _judge(root: str, layout: str, masked: str) -> tuple[str, str, str]:
             python = "masked" if kernel_proc_path(opened, PARAMS) else "nothing"
         except ContainerError as e:
             python = str(e)
-    run = subprocess.run(["/bin/sh", "-c", MASK_SCRIPT, "nvct-mask-params", root, masked], input="{}",
+    run = subprocess.run([*shell, "-c", MASK_SCRIPT, "nvct-mask-params", root, masked], input="{}",
                          capture_output=True, text=True, timeout=10, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     sh = {0: "masked" if layout == "own" else "nothing"}.get(run.returncode, run.stderr)
     shown = ""
@@ -220,8 +220,13 @@ def _judge(root: str, layout: str, masked: str) -> tuple[str, str, str]:
     return sh, python, shown
 
 
+#: The hook's /bin/sh: Debian's dash, RHEL's bash.
+SHELLS = {"dash": ["/bin/sh"], "bash": ["/bin/bash", "--posix"]}
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
 @pytest.mark.parametrize("layout", sorted(RULE))
-def test_the_sh_hook_and_the_python_step_are_one_rule(tmp_path, layout):
+def test_the_sh_hook_and_the_python_step_are_one_rule(tmp_path, layout, shell):
     from nvct.namespaces import in_private_mount_namespace
     from tests.support.fixtures import need_root
 
@@ -229,7 +234,7 @@ def test_the_sh_hook_and_the_python_step_are_one_rule(tmp_path, layout):
     root = _layout(tmp_path, layout)
     masked = tmp_path / "masked"
     masked.write_text("ModifyDeviceFiles: 0\n")
-    sh, python, shown = in_private_mount_namespace(_judge, root, layout, str(masked))
+    sh, python, shown = in_private_mount_namespace(_judge, root, layout, str(masked), SHELLS[shell])
     want = RULE[layout]
     assert want in sh and want in python, (sh, python)
     assert sh.count("\n") <= 1 and "\n" not in python  # one line each
@@ -237,12 +242,13 @@ def test_the_sh_hook_and_the_python_step_are_one_rule(tmp_path, layout):
     assert (tmp_path / "elsewhere/driver/nvidia/params").read_text() == SECRET
 
 
-def test_the_sh_hook_refuses_a_root_named_through_a_symlink(tmp_path):
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_the_sh_hook_refuses_a_root_named_through_a_symlink(tmp_path, shell):
     """The root's own path is checked too ($PWD after cd -P): a swapped root.path leads elsewhere."""
     import subprocess
 
     root = _layout(tmp_path, "plain")
     os.symlink(root, tmp_path / "alias")
-    run = subprocess.run(["/bin/sh", "-c", MASK_SCRIPT, "nvct-mask-params", str(tmp_path / "alias"), "/dev/null"],
+    run = subprocess.run([*SHELLS[shell], "-c", MASK_SCRIPT, "nvct-mask-params", str(tmp_path / "alias"), "/dev/null"],
                          input="{}", capture_output=True, text=True, timeout=10)
     assert run.returncode == 1 and "reached through a symlink" in run.stderr, run
