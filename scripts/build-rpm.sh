@@ -5,6 +5,9 @@
 #
 #   scripts/build-rpm.sh [OUTDIR]      (default: dist/)
 #
+# RPM_DIST, when set, is the release's %{dist} suffix (e.g. ".upgrade1": a
+# later release of the same version, as the tests' upgrade needs).
+#
 # Needs: rpm (rpmbuild), python3-build, python3-installer, python3-setuptools,
 # python3-wheel. On a host whose rpm database does not know the build
 # dependencies (Debian), they are not checked (--nodeps).
@@ -30,7 +33,9 @@ cp "$spec" "$work/SPECS/"
 
 nodeps=()
 rpm -q --whatprovides python3-devel >/dev/null 2>&1 || nodeps=(--nodeps)
-rpmbuild -bb "${nodeps[@]}" --define "_topdir $work" "$work/SPECS/nvct.spec" \
+dist=()
+[ -n "${RPM_DIST:-}" ] && dist=(--define "dist $RPM_DIST")
+rpmbuild -bb "${nodeps[@]}" "${dist[@]}" --define "_topdir $work" "$work/SPECS/nvct.spec" \
     >"$work/build.log" 2>&1 || {
     tail -n 40 "$work/build.log" >&2
     echo "build-rpm: rpmbuild failed (last lines above)" >&2

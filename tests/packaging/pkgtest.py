@@ -26,11 +26,12 @@ def tree_modules() -> set[str]:
             if "__pycache__" not in p.parts}
 
 
-def build_package(script: str, out_dir: Path, timeout: float = 180) -> Path:
+def build_package(script: str, out_dir: Path, timeout: float = 180, env: dict | None = None) -> Path:
     """Run ``scripts/<script> OUT_DIR`` and return the package it built.
 
     A python3 that fails comes first on PATH and a virtualenv is active, as on a
     developer's machine with pyenv: the build must use Debian's interpreter anyway.
+    And the umask is 000: no packaged file may come out writable by others for that.
     """
     decoy = out_dir / "decoy-bin"
     decoy.mkdir(parents=True)
@@ -38,9 +39,9 @@ def build_package(script: str, out_dir: Path, timeout: float = 180) -> Path:
         exe = decoy / name
         exe.write_text(f'#!/bin/sh\necho "decoy {name} was run" >&2\nexit 97\n')
         exe.chmod(0o755)
-    env = {**BUILD_ENV, "PATH": f"{decoy}:{BUILD_ENV['PATH']}", "VIRTUAL_ENV": str(decoy.parent)}
-    result = run(["bash", str(REPO / "scripts" / script), str(out_dir)], env=env,
-                 timeout=timeout).check()
+    env = {**BUILD_ENV, "PATH": f"{decoy}:{BUILD_ENV['PATH']}", "VIRTUAL_ENV": str(decoy.parent), **(env or {})}
+    result = run(["sh", "-c", 'umask 000 && exec bash "$@"', "sh", str(REPO / "scripts" / script), str(out_dir)],
+                 env=env, timeout=timeout).check()
     return Path(result.stdout.strip().splitlines()[-1])
 
 

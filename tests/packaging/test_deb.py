@@ -121,6 +121,15 @@ def test_deb_installs_the_programs_config_hook_and_python_package(deb):
 
 
 @needs_build_tools
+def test_deb_entries_are_root_owned_and_writable_by_root_alone(deb):
+    # built under umask 000 (pkgtest.build_package): dh_fixperms sets the modes
+    listing = run(["dpkg-deb", "-c", str(deb.path)], env=BUILD_ENV).check().stdout.splitlines()
+    loose = [line for line in listing if line.split()[1] != "root/root"
+             or (not line.startswith("l") and (line[5] == "w" or line[8] == "w"))]
+    assert listing and loose == []
+
+
+@needs_build_tools
 def test_deb_ships_every_module_of_the_tree(deb):
     shipped = {p[len(SITE) + 1:] for p in deb.paths
                if p.startswith(f"{SITE}/nvct/") and p.endswith(".py")}

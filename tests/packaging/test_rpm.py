@@ -46,6 +46,7 @@ pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs the .rpm build to
 def rpm(tmp_path_factory) -> SimpleNamespace:
     modules = tree_modules()  # before the build copies the tree
     path = build_package("build-rpm.sh", tmp_path_factory.mktemp("rpm"))
+    path = Path(os.environ.get("NVCT_TEST_RPM") or path)  # another build's (an older commit's, to see a test fail)
 
     def query(*args: str) -> str:
         return run(["rpm", "-qp", *args, str(path)], env=BUILD_ENV).check().stdout
@@ -80,6 +81,13 @@ def test_rpm_installs_the_programs_config_hook_and_python_package(rpm):
                  rpm.query("--qf", "[%{FILENAMES} %{FILEMODES:octal}\n]").splitlines())
     for program in [f"/usr/bin/{p}" for p in PROGRAMS] + [NORMALIZE]:
         assert modes[program].endswith("755"), f"{program}: mode {modes[program]}"
+
+
+def test_rpm_entries_are_root_owned_and_writable_by_root_alone(rpm):
+    # built under umask 000 (pkgtest.build_package)
+    entries = rpm.query("--qf", "[%{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILENAMES}\n]").splitlines()
+    loose = [e for e in entries if e.split()[1] != "root:root" or (not e.startswith("l") and "w" in e[4] + e[7])]
+    assert entries and loose == []
 
 
 def test_rpm_programs_run_the_system_python3(rpm):
@@ -140,3 +148,153 @@ def test_rpm_enables_the_cdi_refresh_units(rpm):
         assert "WantedBy=multi-user.target" in rpm.payload[unit].decode()
     scripts = rpm.query("--scripts")
     assert "enable --now nvidia-cdi-refresh.path nvidia-cdi-refresh.service" in scripts
+
+
+# --------------------------------------------------------------------------- scripts that cannot half-fail
+
+
+#: Runs in a private mount namespace: a root $R that is this machine's /usr, /etc and /var under
+#: overlays (so rpm writes only into $W), its own /run and /tmp, the host's /proc, /dev and /sys,
+#: and $W at its own path (the simulated node, the bundles). rpm runs its scriptlets chrooted
+#: into $R, where Debian's python3 is told about rpm's site-packages by a .pth file.
+_PRIVATE_ROOT = r"""
+set -eu
+R=$W/root
+mkdir -p "$R" && mount --bind "$R" "$R"  # a mount point, as runc wants the root it prepares to be
+for d in usr etc var; do
+    mkdir -p "$W/up/$d" "$W/work/$d" "$R/$d"
+    mount -t overlay overlay -o "lowerdir=/$d,upperdir=$W/up/$d,workdir=$W/work/$d" "$R/$d"
+done
+for l in bin sbin lib lib32 lib64 libx32; do [ -L "/$l" ] && ln -sfn "$(readlink "/$l")" "$R/$l"; done
+mkdir -p "$R/proc" "$R/dev" "$R/sys" "$R/run" "$R/tmp"
+mount -t proc proc "$R/proc"
+mount --rbind /dev "$R/dev"
+mount --rbind /sys "$R/sys"
+mount -t tmpfs tmpfs "$R/run"
+mount -t tmpfs tmpfs "$R/tmp"
+mkdir -p "$R$W"
+mount --bind "$W" "$R$W"
+site=$(chroot "$R" /usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("purelib", "posix_prefix", vars={"base": "/usr"}))')
+echo "$site" > "$R/usr/lib/python3/dist-packages/zz-nvct-rpm-test.pth"
+rpm --root "$R" --initdb
+step() {  # step NAME CMD...: run it, record its status and output
+    name=$1; shift
+    echo "$name" > "$W/phase"
+    set +e
+    "$@" > "$W/step-$name.out" 2>&1
+    echo "$name $?" >> "$W/steps"
+    set -e
+}
+"""
+
+#: GPU containers back to back through the installed runtime, chrooted into $R, until $W/stop.
+_STARTS = r"""
+starts() {
+    n=0
+    while [ ! -e "$W/stop" ]; do
+        n=$((n + 1)); at=$(cat "$W/phase")
+        rm -rf "$W/b"; cp -a "$W/pristine" "$W/b"
+        out=$(NVIDIA_CTK_CONFIG_FILE_PATH=$NODE_CONFIG PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+              chroot "$R" /usr/bin/nvidia-container-runtime --root /run/nvct-rpm-test run --no-pivot --bundle "$W/b" "c$n" \
+              </dev/null 2>&1) && rc=0 || rc=$?
+        gpu=$(printf '%s\n' "$out" | grep -c '^has-nvidia0$' || :)
+        echo "$at $(cat "$W/phase") $rc $gpu" >> "$W/starts"
+        [ "$rc" = 0 ] || printf '%s\n' "$out" | tail -n 3 > "$W/last-failure-$at"
+    done
+}
+"""
+
+
+def _in_private_root(tmp_path: Path, body: str, env: dict | None = None, timeout: float = 300):
+    script = tmp_path / "scenario.sh"
+    script.write_text(_PRIVATE_ROOT + body)
+    return run(["unshare", "-m", "--propagation", "private", "bash", str(script)],
+               env={**BUILD_ENV, "W": str(tmp_path), **(env or {})}, timeout=timeout)
+
+
+def _steps(tmp_path: Path) -> dict[str, int]:
+    lines = (tmp_path / "steps").read_text().splitlines() if (tmp_path / "steps").exists() else []
+    return {name: int(rc) for name, rc in (line.split() for line in lines)}
+
+
+def _step_output(tmp_path: Path, name: str) -> str:
+    return (tmp_path / f"step-{name}.out").read_text()
+
+
+needs_private_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare", path=SYSTEM_PATH) is None,
+    reason="needs root and unshare (a private root with overlay mounts)")
+
+
+@needs_private_root
+def test_rpm_erase_goes_on_when_the_cache_cannot_be_removed(rpm, tmp_path):
+    """%postun's ``rm -rf /run/nvct`` was its last command: a start writing the cache failed the erase."""
+    result = _in_private_root(tmp_path, f"""
+step install rpm --root "$R" --nodeps -i {rpm.path}
+mkdir -p "$R/run/nvct/busy" && mount -t tmpfs nvct-busy "$R/run/nvct/busy"  # rm -rf fails on it every time
+step erase rpm --root "$R" --nodeps -e nvct
+rpm --root "$R" -q nvct > "$W/after" 2>&1 || :
+""")
+    assert result.ok, result.describe()
+    steps = _steps(tmp_path)
+    assert steps == {"install": 0, "erase": 0}, (steps, _step_output(tmp_path, "erase"))
+    erase = _step_output(tmp_path, "erase")
+    assert "nvct: could not remove /run/nvct (in use); remove it by hand: rm -rf /run/nvct" in erase, erase
+    assert "scriptlet failed" not in erase, erase  # rpm 4.18 warns; older ones fail the erase
+    assert (tmp_path / "after").read_text().strip() == "package nvct is not installed"
+
+
+@pytest.fixture(scope="module")
+def upgraded_rpm(tmp_path_factory) -> Path:
+    """The same version, a later release (``-1.upgrade1``): what ``rpm -U`` upgrades to."""
+    path = build_package("build-rpm.sh", tmp_path_factory.mktemp("rpm-upgrade"), env={"RPM_DIST": ".upgrade1"})
+    return Path(os.environ.get("NVCT_TEST_RPM_UPGRADE") or path)
+
+
+@needs_private_root
+@pytest.mark.skipif(not os.access("/usr/sbin/runc", os.X_OK), reason="needs /usr/sbin/runc")
+def test_rpm_container_starts_during_install_upgrade_reinstall_and_erase(rpm, upgraded_rpm, tmp_path):
+    """GPU containers start back to back while rpm installs, upgrades, reinstalls and erases nvct:
+    every rpm step succeeds, and while the programs are there every start gets its GPU."""
+    from nvct.simulate.node import build_node
+    from tests.packaging.test_deb import GPU_CHECK
+    from tests.support.bundle import make_bundle
+    from tests.support.rootfs import make_rootfs
+
+    node_config = build_node(tmp_path / "node")["config"]
+    make_bundle(tmp_path / "pristine", make_rootfs(tmp_path / "pristine"), ["/bin/sh", "-c", GPU_CHECK],
+                ["NVIDIA_VISIBLE_DEVICES=0"])
+    result = _in_private_root(tmp_path, _STARTS + f"""
+echo before > "$W/phase"
+starts &
+wait_starts() {{  # at least one more start recorded
+    have=$(wc -l < "$W/starts" 2>/dev/null || echo 0)
+    while [ "$(wc -l < "$W/starts" 2>/dev/null || echo 0)" -le "$have" ]; do sleep 0.05; done
+}}
+wait_starts
+step install rpm --root "$R" --nodeps -i {rpm.path}
+echo "after-install" > "$W/phase"; wait_starts
+step upgrade rpm --root "$R" --nodeps -U {upgraded_rpm}
+echo "after-upgrade" > "$W/phase"; wait_starts
+step reinstall rpm --root "$R" --nodeps -U --replacepkgs {upgraded_rpm}
+echo "after-reinstall" > "$W/phase"; wait_starts
+step erase rpm --root "$R" --nodeps -e nvct
+echo "after-erase" > "$W/phase"; wait_starts
+touch "$W/stop"; wait
+rpm --root "$R" -q nvct > "$W/after" 2>&1 || :
+ls -A "$R/run/nvct" "$R/var/lib/nvct" "$R/usr/bin/nvct" > "$W/left" 2>&1 || :
+""", env={"NODE_CONFIG": node_config})
+    assert result.ok, result.describe()
+    steps = _steps(tmp_path)
+    assert steps == {"install": 0, "upgrade": 0, "reinstall": 0, "erase": 0}, \
+        {name: _step_output(tmp_path, name) for name, rc in steps.items() if rc}
+    for name in steps:
+        assert "scriptlet failed" not in _step_output(tmp_path, name), _step_output(tmp_path, name)
+    starts = [line.split() for line in (tmp_path / "starts").read_text().splitlines()]
+    inside = [s for s in starts if s[0] == s[1] and s[0] in ("after-install", "upgrade", "after-upgrade",
+                                                             "reinstall", "after-reinstall")]
+    failures = {p.name: p.read_text() for p in tmp_path.glob("last-failure-*")}
+    assert inside and all(s[2] == "0" and s[3] == "1" for s in inside), (inside, failures)
+    assert (tmp_path / "after").read_text().strip() == "package nvct is not installed"
+    left = (tmp_path / "left").read_text()
+    assert left.count("No such file or directory") == 3, left
