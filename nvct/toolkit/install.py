@@ -2,7 +2,11 @@
 
 1. the toolkit tree (wrappers, configs, a Python runtime and a copy of nvct in
    a new ``.runtime/<version>``), switched to with renames, so an upgrade
-   never leaves a half-written tree where running daemons look for it;
+   never leaves a half-written tree where running daemons look for it. What
+   it holds runs as root at every GPU container start: it is made root-owned
+   and writable by root alone whatever the umask, and checked so (with
+   :func:`nvct.doctor.permissions.weakness`, also above it) before it is
+   switched in;
 2. a check that the installed ``nvct`` runs on the host (chrooted into it);
 3. with ``--cdi-enabled``: the control device nodes and a management CDI spec;
 4. the engine's config, then the daemon told about it.

@@ -20,7 +20,9 @@ Paths written into files are always the final ones, even while the tree is
 being assembled in a staging directory beside it. Each install makes a new
 ``.runtime/<version>`` and only then switches the wrappers to it, one
 ``rename`` each, so a hook that starts during an upgrade runs either the old
-complete runtime or the new complete one.
+complete runtime or the new complete one. Every entry is root's, directories
+0755, files 0755 or 0644, whatever the installer's umask
+(:mod:`nvct.toolkit.install`).
 """
 
 from __future__ import annotations

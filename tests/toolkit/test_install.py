@@ -273,6 +273,7 @@ def _permissions_finding(root, tmp_path) -> dict:
     proc = subprocess.run([str(root / "nvct"), "doctor", "--json", "--docker-config", str(daemon),
                            "--docker-socket", str(tmp_path / "no.sock"), "--docker-pidfile", str(tmp_path / "no.pid")],
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=False)
+    assert proc.stdout.startswith("{"), proc.stderr
     findings = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
     return findings["permissions.chain"]
 
