@@ -101,6 +101,24 @@ def test_the_tool_wrappers_run_in_a_hostile_engine_environment(installed, plante
     assert not list(mark.iterdir())
 
 
+@pytest.fixture(scope="module")
+def bundled_layout(tmp_path_factory):
+    """A toolkit running its own copy of this Python (the GPU Operator's install)."""
+    tmp = tmp_path_factory.mktemp("bundled-wrappers")
+    opts = Options(install_dir=str(tmp / "install"), driver_root="/", proc_root="/proc", python="bundled",
+                   host_root="/", no_runtime_config=True, low_level_runtimes=["/bin/true"])
+    Installation(opts, lambda _: None).install()
+    return Layout.for_install_dir(opts.install_dir)
+
+
+@pytest.mark.parametrize("program", ["nvidia-container-runtime-hook", "nvidia-cdi-hook", "nvct"])
+def test_the_bundled_pythons_wrappers_run_in_a_hostile_engine_environment(bundled_layout, planted, program):
+    mark, env = planted
+    result = _run(bundled_layout.tool(program), "--version", env=env)
+    assert result.returncode == 0 and "version" in result.stdout.lower() and not result.stderr, result.stderr
+    assert not list(mark.iterdir())
+
+
 def test_the_runtime_wrapper_hands_the_runtime_the_engines_environment(installed, planted):
     layout, proc, record = installed
     mark, env = planted
