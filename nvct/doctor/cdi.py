@@ -12,6 +12,7 @@ import re
 
 from nvct.driver import OWN_VERSION_LIBRARIES
 from nvct.doctor.model import Context, fail, info, ok, warn
+from nvct.errors import NvctError
 
 _SO_VERSION = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
 _FIRMWARE_VERSION = re.compile(r"/firmware/nvidia/(\d+\.\d+(?:\.\d+)?)/")
@@ -40,10 +41,11 @@ def check_specs(ctx: Context):
     nvidia = _nvidia_specs(registry)
     if not nvidia:
         mode = ctx.config.mode if ctx.config is not None else None
-        make = warn if mode == "cdi" else info
+        make = fail if mode == "cdi" else info
         yield make("cdi.specs", f"no NVIDIA CDI spec in {', '.join(dirs) or 'no directory'}"
-                   + (" but the shim is in cdi mode" if mode == "cdi" else ""),
-                   f"nvct cdi generate --output {_DEFAULT_SPEC}")
+                   + (" but the shim is in cdi mode: GPU containers fail to start (unresolvable CDI devices)"
+                      if mode == "cdi" else ""),
+                   f"nvct cdi generate --output {os.path.join(dirs[0], 'nvidia.yaml') if dirs else _DEFAULT_SPEC}")
         return
     kinds = sorted({s.kind for s in nvidia})
     yield ok("cdi.specs", f"{len(nvidia)} NVIDIA spec(s) in {', '.join(dirs)} ({', '.join(kinds)}), "
@@ -83,10 +85,12 @@ def _fresh(ctx: Context, spec):
         problems += 1
         other = ", ".join(v for v in versions if v != ctx.version)
         yield fail("cdi.fresh", f"{spec.path} was made for driver {other}, the kernel module is {ctx.version}", fix)
-    wrong = sorted({_node_mismatch(n) for e in edits for n in e.get("deviceNodes") or ()} - {None})
+    driver_numbers = _driver_numbers(ctx)
+    wrong = sorted({_node_mismatch(n, driver_numbers) for e in edits for n in e.get("deviceNodes") or ()} - {None})
     if wrong:
         problems += 1
-        yield fail("cdi.fresh", f"{spec.path}: device numbers differ from the host's: {'; '.join(wrong[:3])}", fix)
+        yield fail("cdi.fresh", f"{spec.path}: device numbers differ from the driver's: {'; '.join(wrong[:3])} "
+                   "(containers get the spec's numbers)", fix)
     if ctx.gpus is not None:
         for finding in _uuids(ctx, spec, fix):
             problems += 1
@@ -160,18 +164,38 @@ def _versions(edits):
                 yield args[i + 1]
 
 
-def _node_mismatch(node) -> str | None:
-    host = node.get("hostPath") or node["path"]
+def _driver_numbers(ctx: Context) -> dict:
+    """Each NVIDIA node's numbers as the driver registers them (procfs), by container path."""
+    from nvct.doctor.devices import expected_nodes
+
+    if ctx.version is None or ctx.gpus is None:
+        return {}
+    try:
+        return {n.path: (n.major, n.minor) for n in expected_nodes(ctx)}
+    except NvctError:
+        return {}
+
+
+def _node_mismatch(node, driver_numbers: dict) -> str | None:
+    """A spec node whose numbers are not the driver's: runtimes make the container's node from them.
+
+    Nodes the driver's procfs does not number (DRM) are compared with the host's node.
+    """
     major = node.get("major")
     if not major:
         return None
-    try:
-        st = os.stat(host)
-    except OSError:
-        return None  # reported as a missing host path
-    have = (os.major(st.st_rdev), os.minor(st.st_rdev))
-    if have != (major, node.get("minor") or 0):
-        return f"{node['path']} is {major}:{node.get('minor') or 0} in the spec, {have[0]}:{have[1]} on the host"
+    numbers = (major, node.get("minor") or 0)
+    have = driver_numbers.get(node["path"])
+    where = "for the driver"
+    if have is None:
+        where = "on the host"
+        try:
+            st = os.stat(node.get("hostPath") or node["path"])
+        except OSError:
+            return None  # a missing host path is reported as such where it matters
+        have = (os.major(st.st_rdev), os.minor(st.st_rdev))
+    if have != numbers:
+        return f"{node['path']} is {numbers[0]}:{numbers[1]} in the spec, {have[0]}:{have[1]} {where}"
     return None
 
 

@@ -150,8 +150,14 @@ def check_hook(ctx: Context):
             yield fail("config.hook", str(e), ctx.set_command(key, "/usr/bin/nvct"))
             return
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        if ctx.config.mode == "legacy":
+            broken = "GPU containers fail to start at their prestart hook"
+        else:  # nvct.prepare does the chain's work before the runtime where it can (docs/security.md)
+            broken = ("GPU containers whose links and ld cache the shim cannot write itself (an image whose CUDA "
+                      "compat libcuda is newer than the driver, a volume over a library folder) fail to start at "
+                      "their createContainer hook; the others start")
         yield fail("config.hook", f"{path} ({key}, run by containers' hooks in {ctx.config.mode} mode) "
-                   f"is not an executable file", ctx.set_command(key, "<absolute path of it>"))
+                   f"is not an executable file: {broken}", ctx.set_command(key, "<absolute path of it>"))
         return
     if key == "nvidia-ctk.path" and _compiled(path):
         yield fail("config.hook", f"{path} (nvidia-ctk.path) is a compiled program, not nvct's nvidia-ctk: "

@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.support.fixtures import rootfs  # noqa: F401
+
 from .nodes import GpuNode
 
 

@@ -60,7 +60,7 @@ def test_a_spec_naming_a_gpu_that_is_gone_fails(node):
     assert fresh[1].seen.startswith(f"{_spec(node)} lacks GPU(s) ")
 
 
-def test_device_numbers_that_differ_from_the_host_fail(node):
+def test_device_numbers_that_differ_from_the_drivers_fail(node):
     def renumber(raw):
         device = next(d for d in raw["devices"] if d["name"] == "1")
         device["containerEdits"]["deviceNodes"][0]["minor"] = 9
@@ -68,7 +68,7 @@ def test_device_numbers_that_differ_from_the_host_fail(node):
     _edit_spec(node, renumber)
     fresh = one(node.doctor(), "cdi.fresh")
     assert fresh.status == "fail"
-    assert "/dev/nvidia1 is 195:9 in the spec, 195:1 on the host" in fresh.seen
+    assert "/dev/nvidia1 is 195:9 in the spec, 195:1 for the driver" in fresh.seen
 
 
 def test_an_invalid_spec_fails_with_its_path(node):
@@ -83,10 +83,11 @@ def test_an_invalid_spec_fails_with_its_path(node):
 def test_no_spec_is_information_unless_the_shim_is_in_cdi_mode(node):
     os.unlink(_spec(node))
     specs = one(node.doctor(), "cdi.specs")
-    assert specs.status == "info" and specs.fix == "nvct cdi generate --output /etc/cdi/nvidia.yaml"
+    assert specs.status == "info" and specs.fix == f"nvct cdi generate --output {_spec(node)}"
     node.write_config(mode="cdi")
     specs = one(node.doctor(), "cdi.specs")
-    assert specs.status == "warn" and "but the shim is in cdi mode" in specs.seen
+    # Every GPU container then fails (tests/doctor/test_verdicts.py).
+    assert specs.status == "fail" and "but the shim is in cdi mode" in specs.seen
 
 
 def test_spec_dirs_default_to_the_configs(node):

@@ -1,0 +1,311 @@
+"""Doctor's verdict against what a real container got, for every fault doctor knows.
+
+Each case breaks one thing on a simulated node, runs doctor, and runs a GPU
+container through nvct's shim and runc with the same config. Doctor fails
+(exit status 1) exactly when the container did not get what it asked for; the
+finding that names the fault has the expected status and cause; and where its
+fix is a command, running it makes the finding go away and the container get
+its GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+import yaml
+
+from nvct import doctor
+from tests.support.bundle import make_bundle
+from tests.support.gpu_runs import PATH_ENV, SHIM, VENV_BIN, need_runtime
+from tests.support.runtimes import run_container
+
+from .nodes import GpuNode, by_id, write
+
+pytestmark = pytest.mark.containers
+
+LIB = "usr/lib/x86_64-linux-gnu"
+VERSION = "550.54.15"
+GPU = 3
+
+
+@dataclass(frozen=True)
+class Fault:
+    finding: str
+    status: str
+    seen: str
+    gets_gpu: bool
+    apply: Callable[[GpuNode], None]
+    modes: tuple = ("jit-cdi",)
+    #: None: run the fix as printed; a callable: the command in it; a string: why it cannot run here.
+    fix: Callable[[str], str] | str | None = None
+    command: str = "nvidia-smi -L"
+    #: a change to the container's image (its rootfs)
+    image: Callable[[str], None] | None = None
+
+
+def _config(node: GpuNode, old: str, new: str) -> None:
+    with open(node.config) as f:
+        text = f.read()
+    assert old in text, (old, text)
+    write(node.config, text.replace(old, new, 1))
+
+
+def _runtime_key(node: GpuNode, line: str) -> None:
+    _config(node, "[nvidia-container-runtime]\n", f"[nvidia-container-runtime]\n{line}\n")
+
+
+def _remove_all_nodes(node: GpuNode) -> None:
+    for entry in os.listdir(node.path("dev")):
+        if entry.startswith("nvidia"):
+            path = node.path(f"dev/{entry}")
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+
+
+def _wrong_numbers(node: GpuNode) -> None:
+    os.unlink(node.path(f"dev/nvidia{GPU}"))
+    os.mknod(node.path(f"dev/nvidia{GPU}"), 0o20666, os.makedev(195, 5))
+
+
+def _libcuda_of_another_driver(node: GpuNode) -> None:
+    shutil.copy(node.path(f"{LIB}/libcuda.so.{VERSION}"), node.path(f"{LIB}/libcuda.so.535.161.08"))
+    os.unlink(node.path(f"{LIB}/libcuda.so.1"))
+    os.symlink("libcuda.so.535.161.08", node.path(f"{LIB}/libcuda.so.1"))
+    node.regenerate_ldcache()
+
+
+def _uncache(node: GpuNode, prefix: str) -> None:
+    """Files of ``prefix`` on disk, but not in the ld cache (ldconfig not run after installing them)."""
+    saved = node.path("saved")
+    os.makedirs(saved)
+    names = [n for n in os.listdir(node.path(LIB)) if n.startswith(prefix)]
+    for name in names:
+        os.rename(node.path(f"{LIB}/{name}"), os.path.join(saved, name))
+    node.regenerate_ldcache()
+    for name in names:
+        os.rename(os.path.join(saved, name), node.path(f"{LIB}/{name}"))
+
+
+def _module_version(node: GpuNode) -> None:
+    write(node.path("proc/driver/nvidia/version"),
+          "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Thu Feb 22 00:00:00 UTC 2024\n")
+
+
+def _no_uvm(node: GpuNode) -> None:
+    with open(node.path("proc/devices")) as f:
+        text = f.read()
+    write(node.path("proc/devices"), text.replace("510 nvidia-uvm\n", ""))
+
+
+def _spec(node: GpuNode) -> str:
+    return os.path.join(node.cdi_dir, "nvidia.yaml")
+
+
+def _edit_spec(node: GpuNode, change) -> None:
+    with open(_spec(node)) as f:
+        raw = yaml.safe_load(f)
+    change(raw)
+    write(_spec(node), yaml.safe_dump(raw))
+
+
+def _spec_of_another_root(node: GpuNode) -> None:
+    """A copy of the driver elsewhere (a driver container's root, say), and the spec made for it."""
+    from nvct.driver import Driver
+
+    other = os.path.join(node.tmp, "other-root")
+    subprocess.run(["cp", "-a", node.dir, other], check=True)
+    node.write_cdi_spec(driver=Driver(other, other, os.path.join(other, "proc")))
+
+
+def _mount_gone(raw) -> None:
+    mount = next(m for m in raw["containerEdits"]["mounts"] if "libnvidia-ml.so" in m["hostPath"])
+    mount["hostPath"] += ".gone"
+
+
+def _hooks_without_env(raw) -> None:
+    for hook in raw["containerEdits"].get("hooks") or ():
+        hook.pop("env", None)
+
+
+def _writable_dir(node: GpuNode):
+    shared = os.path.join(node.tmp, "shared")
+    os.makedirs(shared)
+
+    def change(raw):
+        raw["containerEdits"]["mounts"].append({"hostPath": shared, "containerPath": "/shared",
+                                                "options": ["rbind", "rw"]})
+    return change
+
+
+def _newer_compat_libcuda(rootfs: str) -> None:
+    compat = os.path.join(rootfs, "usr/local/cuda/compat")
+    os.makedirs(compat)
+    shutil.copy(os.path.join(rootfs, "lib/x86_64-linux-gnu/libc.so.6"), os.path.join(compat, "libcuda.so.999.1.1"))
+
+
+def _after_or(fix: str) -> str:
+    """``apt-get install runc (or: CMD)`` -> CMD."""
+    return fix.split("(or: ", 1)[1].rstrip(")")
+
+
+def _generate(fix: str) -> str:
+    """``regenerate it (nvct cdi generate --output F), or ...`` -> the generate command."""
+    return re.search(r"\((nvct cdi generate [^)]*)\)", fix).group(1)
+
+
+def _before_note(fix: str) -> str:
+    """``CMD (a note)`` -> CMD."""
+    return fix.split(" (", 1)[0]
+
+
+FAULTS = {
+    # Device nodes: runc and crun make a container's nodes from their numbers, so the host's are not needed.
+    "host-gpu-node-deleted": Fault("devices.nodes", "warn", "Containers still get them", True,
+                                   lambda n: os.unlink(n.path(f"dev/nvidia{GPU}")),
+                                   modes=("jit-cdi", "legacy", "cdi")),
+    "every-host-node-deleted": Fault("devices.nodes", "warn", "do not see the driver (no /dev/nvidiactl)", True,
+                                     _remove_all_nodes, modes=("jit-cdi", "legacy")),
+    "host-node-wrong-numbers": Fault("devices.nodes", "warn", "Containers still get c 195:3", True, _wrong_numbers),
+    "node-closed-to-others": Fault("devices.modes", "warn", "non-root container users cannot open it", True,
+                                   lambda n: os.chmod(n.path(f"dev/nvidia{GPU}"), 0o660), fix=_before_note),
+    "dev-char-link-missing": Fault("devices.char-links", "warn", "systemctl daemon-reload", True,
+                                   lambda n: os.unlink(n.path(f"dev/char/195:{GPU}"))),
+    "no-uvm-major": Fault("devices.majors", "warn", "lists no nvidia-uvm", True, _no_uvm,
+                          fix="needs the nvidia-uvm kernel module"),
+    # The root setting: the container starts, without the driver.
+    "driver-root-slash": Fault("config.roots", "fail", "the driver root / (nvidia-container-cli.root) holds no "
+                               "driver 550.54.15 libraries", False,
+                               lambda n: _config(n, f'root = "{n.dir}"', 'root = "/"'), modes=("jit-cdi", "legacy")),
+    # Libraries.
+    "libcuda-of-another-driver": Fault("libraries.compute", "fail", "of driver 535.161.08, but the kernel module is "
+                                       "550.54.15: containers do not get it", False, _libcuda_of_another_driver,
+                                       command="dlopen-probe libcuda.so.1 && nvidia-smi -L"),
+    "nvml-not-in-cache": Fault("libraries.nvml", "fail", "exists but the cache was not rebuilt", False,
+                               lambda n: _uncache(n, "libnvidia-ml.so")),
+    "graphics-library-not-in-cache": Fault("libraries.uncached", "warn", "libnvidia-glcore.so.550.54.15", True,
+                                           lambda n: _uncache(n, "libnvidia-glcore.so")),
+    "module-of-another-version": Fault("libraries.versions", "fail", "the driver was changed without reloading",
+                                       False, _module_version, fix="needs a reboot"),
+    "module-not-loaded": Fault("driver.module", "fail", "the NVIDIA kernel module is not loaded", False,
+                               lambda n: shutil.rmtree(n.path("proc/driver/nvidia")), fix="needs modprobe"),
+    # nvct's config.
+    "config-does-not-parse": Fault("config.file", "fail", "line", False,
+                                   lambda n: _runtime_key(n, "mode = ["), fix="an edit of the file"),
+    "config-key-typo": Fault("config.keys", "warn", "'nvidia-container-runtime.mod'", True,
+                             lambda n: _runtime_key(n, 'mod = "legacy"'), fix="an edit of the file"),
+    "no-low-level-runtime": Fault("config.runtimes", "fail", "/nonexistent/runc", False,
+                                  lambda n: _config(n, '"/usr/sbin/runc"', '"/nonexistent/runc"'), fix=_after_or),
+    # A newer CUDA compat libcuda in the image: the shim leaves the chain to the hook (nvct.prepare), which is gone.
+    "hook-program-missing": Fault("config.hook", "fail", "compat libcuda is newer than the driver", False,
+                                  lambda n: _config(n, f'path = "{n.program("nvct")}"', 'path = "/nonexistent/nvct"'),
+                                  fix="an edit of the file", image=lambda root: _newer_compat_libcuda(root)),
+    "legacy-hook-program-missing": Fault("config.hook", "fail", "fail to start at their prestart hook", False,
+                                         lambda n: _config(n, f'path = "{n.program("nvidia-container-runtime-hook")}"',
+                                                           'path = "/nonexistent/hook"'),
+                                         modes=("legacy",), fix="an edit of the file"),
+    "log-directory-missing": Fault("config.log", "warn", "does not exist (nothing is logged)", True,
+                                   lambda n: _runtime_key(n, 'debug = "/nonexistent-nvct-dir/nvct.log"'),
+                                   fix="would create a directory outside the test's tmp dir"),
+    # CDI.
+    "cdi-spec-of-another-root": Fault("cdi.fresh", "warn", "was generated for driver root", True,
+                                      _spec_of_another_root, modes=("cdi",), fix=_before_note),
+    "cdi-mode-without-spec": Fault("cdi.specs", "fail", "but the shim is in cdi mode", False,
+                                   lambda n: os.unlink(_spec(n)), modes=("cdi",)),
+    "cdi-host-path-gone": Fault("cdi.fresh", "fail", "host path(s) do not exist", False,
+                                lambda n: _edit_spec(n, _mount_gone), modes=("cdi",)),
+    "cdi-hook-without-env": Fault("cdi.hook-env", "warn", "without env", True,
+                                  lambda n: _edit_spec(n, _hooks_without_env), modes=("cdi",), fix=_generate),
+    "cdi-writable-directory": Fault("cdi.writable-mounts", "warn", "read-write", True,
+                                    lambda n: _edit_spec(n, _writable_dir(n)), modes=("cdi",), fix=_before_note),
+}
+
+CASES = [(name, mode) for name, fault in FAULTS.items() for mode in fault.modes]
+
+
+@pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])
+def test_doctor_says_what_a_real_container_got(tmp_path, rootfs, name, mode):
+    need_runtime("runc")
+    fault = FAULTS[name]
+    node = GpuNode(tmp_path, mode=mode, real=True)
+    if fault.image:
+        fault.image(rootfs)
+    assert _gets_gpu(node, rootfs, mode, fault.command, "before"), "the healthy node must give GPU 3"
+    fault.apply(node)
+
+    findings = node.doctor()
+    got = _gets_gpu(node, rootfs, mode, fault.command, "broken")
+    report = doctor.render_text(findings)
+    assert got == fault.gets_gpu, report
+    # Doctor fails exactly when the container did not get its GPU.
+    assert doctor.exit_code(findings) == (0 if got else 1), report
+    named = [f for f in by_id(findings, fault.finding) if f.status == fault.status]
+    assert named and fault.seen in named[0].seen, report
+    if got:
+        assert "containers get no GPU" not in report and "fail to start" not in report, report
+
+    if isinstance(fault.fix, str):
+        return  # not runnable here: fault.fix says why
+    command = fault.fix(named[0].fix) if fault.fix else named[0].fix
+    proc = subprocess.run(["sh", "-ec", command], capture_output=True, text=True, timeout=120,
+                          env=_env(node, PATH=f"{VENV_BIN}:{os.environ['PATH']}"))
+    assert proc.returncode == 0, (command, proc.stderr)
+    after = node.doctor()
+    assert [f for f in by_id(after, fault.finding) if f.status in ("warn", "fail")] == [], doctor.render_text(after)
+    assert _gets_gpu(node, rootfs, mode, fault.command, "fixed"), doctor.render_text(after)
+
+
+def test_a_deleted_host_node_hides_the_gpu_from_the_host_only(tmp_path, rootfs):
+    """What a missing host node really breaks: the host's NVML (the simulated one sees the GPUs whose
+    node exists, like a real driver without nvidia-modprobe), not the container."""
+    need_runtime("runc")
+    node = GpuNode(tmp_path, real=True)
+    os.unlink(node.path(f"dev/nvidia{GPU}"))
+    env = {"LD_LIBRARY_PATH": node.path(LIB), "PATH": "/usr/bin:/bin"}
+    host = subprocess.run([node.path("usr/bin/nvidia-smi"), "-L"], capture_output=True, text=True, env=env)
+    assert [line.startswith("GPU ") for line in host.stdout.splitlines()].count(True) == 7
+    assert node.manifest["gpus"][GPU]["uuid"] not in host.stdout
+    assert _gets_gpu(node, rootfs, "jit-cdi", "nvidia-smi -L", "ctr")
+
+
+def test_without_the_hook_program_containers_the_shim_prepares_still_start(tmp_path, rootfs):
+    """config.hook fails for the containers it names, not for those nvct.prepare does itself."""
+    need_runtime("runc")
+    node = GpuNode(tmp_path, mode="jit-cdi", real=True)
+    _config(node, f'path = "{node.program("nvct")}"', 'path = "/nonexistent/nvct"')
+    hook = by_id(node.doctor(), "config.hook")[0]
+    assert hook.status == "fail" and hook.seen.endswith("; the others start")
+    assert _gets_gpu(node, rootfs, "jit-cdi", "nvidia-smi -L", "prepared")
+
+
+def test_a_spec_of_another_root_breaks_when_that_root_goes(tmp_path, rootfs):
+    """The spec works while the other root is there, and fails once it goes: doctor then fails too."""
+    need_runtime("runc")
+    node = GpuNode(tmp_path, mode="cdi", real=True)
+    _spec_of_another_root(node)
+    assert _gets_gpu(node, rootfs, "cdi", "nvidia-smi -L", "there")
+    shutil.rmtree(os.path.join(node.tmp, "other-root"))
+    findings = node.doctor()
+    assert not _gets_gpu(node, rootfs, "cdi", "nvidia-smi -L", "gone")
+    assert doctor.exit_code(findings) == 1
+    assert any(f.status == "fail" and "do not exist" in f.seen for f in by_id(findings, "cdi.fresh"))
+
+
+def _env(node: GpuNode, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}
+    env["NVIDIA_CTK_CONFIG_FILE_PATH"] = node.config
+    env.update(extra)
+    return env
+
+
+def _gets_gpu(node: GpuNode, rootfs: str, mode: str, command: str, name: str) -> bool:
+    """Whether a container asking for GPU 3 sees it (its UUID in nvidia-smi -L, exit 0)."""
+    request = f"nvidia.com/gpu={GPU}" if mode == "cdi" else str(GPU)
+    bundle = make_bundle(os.path.join(node.tmp, f"bundle-{name}"), rootfs, ["sh", "-c", command],
+                         env=[PATH_ENV, f"NVIDIA_VISIBLE_DEVICES={request}"])
+    result = run_container([SHIM], bundle, env=_env(node, PATH=os.environ.get("PATH", "/usr/bin:/bin")))
+    return result.rc == 0 and f"UUID: {node.manifest['gpus'][GPU]['uuid']}" in result.stdout
