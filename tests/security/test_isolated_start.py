@@ -27,7 +27,8 @@ os.write(fd, os.readlink("/proc/self/exe").encode())
 
 def assert_hooks_start_isolated(bindir: str, tmp_path) -> None:
     """Each hook program in ``bindir`` ignores a PYTHONHOME/PYTHONPATH planting ``encodings``,
-    ``site`` and ``nvct`` and refuses with one line."""
+    ``site`` and ``nvct``: its sh front sets them aside, and it goes on to its own one-line error
+    (the state ``{}`` names no container), never a refusal of the caller's variables."""
     marks = tmp_path / "marks"
     marks.mkdir()
     home = tmp_path / "home"
@@ -41,8 +42,8 @@ def assert_hooks_start_isolated(bindir: str, tmp_path) -> None:
             r = subprocess.run([program, *argv[1:]], input="{}", capture_output=True, text=True, timeout=60,
                                env={"PATH": "/usr/bin:/bin", var: str(value)}, cwd=str(tmp_path))
             assert not os.listdir(marks), (program, var, os.listdir(marks))
-            assert r.returncode == 1 and r.stderr.count("\n") == 1, (program, var, r.stderr)
-            assert f"refusing to run: {var} is set in the hook's environment" in r.stderr, r.stderr
+            assert r.stderr.count("\n") <= 1 and "Traceback" not in r.stderr, (program, var, r.stderr)
+            assert "refusing to run" not in r.stderr and var not in r.stderr, r.stderr
         with open(program) as f:
             assert f.readline() == "#!/bin/sh\n", program  # a line no installer rewrites
 
