@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from nvct import ldconfig
+from nvct import ldconfig, rootfs as rootfs_mod
 from nvct.errors import ContainerError
 from nvct.ldconfig import (CONF_PATH, ReadOnlyRootfsError, host_ldconfig_path,
                            open_static_executable, update_ldcache)
@@ -300,6 +301,30 @@ def test_an_i386_library_is_patched_in_as_ldconfig_enters_it(driver_image, sim_n
     assert runs == []
     assert _cache_listing(driver_image) == by_ldconfig
     assert f"libcuda.so.1 (libc6) => {lib32}/libcuda.so.1" in by_ldconfig
+
+
+@needs_root
+@needs_ldconfig
+def test_a_killed_writes_temporaries_are_swept_and_a_failed_one_leaves_none(driver_image, monkeypatch):
+    """The cache's and the conf file's temporaries never survive (written under the /etc lock)."""
+    stale = [driver_image / "etc/.ld.so.cache.nvct-0123456789ab",
+             driver_image / "etc/ld.so.conf.d/.00-nvct-driver.conf.nvct-ba9876543210"]
+    for path in stale:
+        path.write_bytes(b"left by a killed start")
+    image_cache = (driver_image / "etc/ld.so.cache").read_bytes()
+    update_ldcache(str(driver_image), [LIBDIR], libraries=INJECTED)
+    assert not any(p.exists() for p in stale)
+    (driver_image / "etc/ld.so.cache").write_bytes(image_cache)  # the patch is written again
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(rootfs_mod.os, "write", full)
+    with pytest.raises(ContainerError, match="No space left"):
+        update_ldcache(str(driver_image), [LIBDIR], libraries=INJECTED)
+    monkeypatch.undo()
+    assert not [n for n in os.listdir(driver_image / "etc") + os.listdir(driver_image / "etc/ld.so.conf.d")
+                if ".nvct-" in n]
 
 
 @needs_root
