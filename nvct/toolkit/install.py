@@ -154,6 +154,8 @@ class Installation:
         if opts.bundled:
             runtime.copy_libraries(into.runtime_dir)
             compileall.compile_dir(into.python_dir, quiet=1, ddir=final.python_dir)
+        else:  # by the host's Python, or its first run as root writes the __pycache__ under the engine's umask
+            _compile_on_host(opts.python, into.python_dir, final.python_dir, opts.host_root)
         os.symlink(final.version, os.path.join(into.runtimes_dir, "current"))
         python = runtime.command(final.runtime_dir) if opts.bundled else opts.python
         values = configfile.settings(opts, final, runtimes)
@@ -177,7 +179,11 @@ class Installation:
 
     def _check_host(self) -> None:
         python = None if self.opts.bundled else self.opts.python
-        self.log(check_host_python(self.layout, python, self.opts.host_root))
+        old_umask = os.umask(0o022)  # whatever the check's Python writes into the tree
+        try:
+            self.log(check_host_python(self.layout, python, self.opts.host_root))
+        finally:
+            os.umask(old_umask)
 
     # --- CDI for management containers ---
     def _create_device_nodes(self) -> None:
@@ -232,6 +238,19 @@ def check_host_python(layout: Layout, python: str | None, host_root: str = "/") 
         raise NvctError(f"the host cannot run nvct ({how}: {lines[-1] if lines else f'exit {proc.returncode}'}); "
                         f"{_NEEDS if python else _NEEDS_BUNDLED}")
     return "host check: " + proc.stdout.decode(errors="replace").strip()
+
+
+def _compile_on_host(python: str, directory: str, final: str, host_root: str = "/") -> None:
+    """Byte-compile ``directory`` with the host's ``python`` (chrooted into ``host_root``, where the
+    install directory has the same path); what it cannot compile is left to the host check."""
+    argv = [python, "-I", "-m", "compileall", "-q", "-d", final, directory]
+    if os.path.normpath(host_root or "/") != "/":
+        argv = ["chroot", host_root] + argv
+    try:
+        subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=HOST_CHECK_TIMEOUT_S,
+                       env={"PATH": wrappers.DEFAULT_PATH, "LANG": "C.UTF-8"}, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def _harden(root: str) -> None:

@@ -297,7 +297,19 @@ def test_a_toolkit_installed_under_umask_000_only_root_can_change_and_doctor_nam
     lib.chmod(0o666)
     finding = _permissions_finding(root, tmp_path)
     assert finding["status"] == "fail" and f"{lib.resolve()} (mode 0666, world-writable)" in finding["seen"], finding
-    assert "chmod go-w" in finding["fix"] and str(lib.resolve()) in finding["fix"]
+    assert finding["fix"].startswith(f"chmod -R go-w {root}")  # the whole tree, in one command
+
+
+def test_with_the_hosts_python_the_tree_is_compiled_and_root_only_too(tmp_path):
+    old = os.umask(0)
+    try:
+        _install(_options(tmp_path))  # the host check runs that Python in the tree: it writes nothing there
+    finally:
+        os.umask(old)
+    root = tmp_path / "install" / "toolkit"
+    assert _loose(root) == []
+    python = root / ".runtime" / "current" / "lib" / "python"
+    assert list((python / "nvct" / "__pycache__").glob(f"shim.{sys.implementation.cache_tag}.pyc"))
 
 
 def test_an_upgrade_mends_the_directories_it_writes_into(tmp_path):
