@@ -132,12 +132,18 @@ def chain(ctx: Context) -> tuple[set[str], set[str]]:
             trees.add(toolkit)
         for used in _runs(program):
             files |= _with_target(used)
-    for name in PACKAGES:
-        located = _module_path(name)
-        if located:
-            (trees if os.path.isdir(located) else files).add(located)
+    sources = [([_module_path(name) for name in PACKAGES], sys.path)]  # what this nvct runs on
+    pythons = {os.path.abspath(sys.executable)}  # by path: a virtualenv's links to the same binary
+    for path in sorted(files):  # and what each other interpreter the programs start would import
+        if _is_python(path) and os.path.abspath(path) not in pythons:
+            pythons.add(os.path.abspath(path))
+            sources.append(_imports_of(path))
+    for located, search in sources:
+        for path in located:
+            if path:
+                (trees if os.path.isdir(path) else files).add(path)
+        files |= {d for d in search if d and os.path.isdir(d)}
     files |= _with_target(sys.executable)
-    files |= {d for d in sys.path if d and os.path.isdir(d)}
     files.add(ctx.config_file)
     for path in list(files):  # the toolkit tree a wrapper, the doctor itself or the config runs from
         root, sep, _ = path.partition(f"/{RUNTIMES_DIR}/")
@@ -232,6 +238,35 @@ def _runs(program: str) -> list[str]:
     if "python=" in text and os.path.isfile(venv_python):  # nvct's sh fronts prefer a virtualenv's
         out.append(venv_python)
     return [p for p in out if os.path.isabs(p)]
+
+
+def _is_python(path: str) -> bool:
+    """A host interpreter a program starts (a toolkit's bundled one is walked with its tree)."""
+    return os.path.basename(path).startswith("python") and f"/{RUNTIMES_DIR}/" not in path and \
+        os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+_ASK = ("import importlib.util as u, json, sys\n"
+        "def at(n):\n"
+        "    try: s = u.find_spec(n)\n"
+        "    except Exception: return None\n"
+        "    if s is None: return None\n"
+        "    return list(s.submodule_search_locations)[0] if s.submodule_search_locations else s.origin\n"
+        "print(json.dumps([[at(n) for n in sys.argv[1:]], sys.path]))\n")
+
+
+def _imports_of(python: str) -> tuple[list, list]:
+    """Where ``python -I`` (as the programs start it) finds nvct and its dependencies, and its sys.path."""
+    import subprocess
+
+    try:
+        out = subprocess.run([python, "-I", "-c", _ASK, *PACKAGES], capture_output=True, timeout=10,
+                             stdin=subprocess.DEVNULL, cwd="/", env={"PATH": "/usr/bin:/bin"}, check=False).stdout
+        located, search = json.loads(out)
+        return [p for p in located if isinstance(p, str) and os.path.isabs(p)], \
+            [p for p in search if isinstance(p, str) and os.path.isabs(p)]
+    except (OSError, subprocess.SubprocessError, ValueError, TypeError):
+        return [], []
 
 
 def _module_path(name: str) -> str | None:

@@ -86,3 +86,26 @@ def test_weakness_is_the_one_rule():
     assert permissions.weakness(st(stat.S_IFDIR | 0o1777), above=True) is None
     assert permissions.weakness(st(stat.S_IFDIR | 0o1777)) == "mode 1777, world-writable"
     assert permissions.weakness(st(stat.S_IFREG | 0o644, uid=1000), (0, 1000)) is None
+
+
+def test_the_package_another_interpreter_of_the_chain_imports_is_walked_too(tmp_path):
+    """The engines' programs may run another install's Python (the deb's, a virtualenv's) than the
+    doctor's own: what that interpreter imports as nvct is on the chain."""
+    import subprocess
+
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = subprocess.run([str(venv / "bin" / "python3"), "-I", "-c", "import sysconfig; print(sysconfig.get_path("
+                           "'purelib'))"], capture_output=True, text=True, check=True).stdout.strip()
+    package = os.path.join(site, "nvct")
+    os.makedirs(package)
+    with open(os.path.join(package, "__init__.py"), "w") as f:
+        f.write("")
+    os.chmod(os.path.join(package, "__init__.py"), 0o666)
+    front = venv / "bin" / "nvidia-container-runtime"
+    front.write_text("#!/bin/sh\npython=/usr/bin/python3 self=$0\nexec \"$python\" -I - \"$@\"\n")
+    front.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    found = _finding(tmp_path, venv, config)
+    assert found.status == "fail" and f"{package}/__init__.py (mode 0666, world-writable)" in found.seen, found
