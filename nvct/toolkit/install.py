@@ -154,6 +154,9 @@ class Installation:
         if opts.bundled:
             runtime.copy_libraries(into.runtime_dir)
             compileall.compile_dir(into.python_dir, quiet=1, ddir=final.python_dir)
+            stdlib = os.path.join("lib", runtime.python_name())  # the image's pycs; any it lacks, made here
+            compileall.compile_dir(os.path.join(into.runtime_dir, stdlib), quiet=1,
+                                   ddir=os.path.join(final.runtime_dir, stdlib))
         else:  # by the host's Python, or its first run as root writes the __pycache__ under the engine's umask
             _compile_on_host(opts.python, into.python_dir, final.python_dir, opts.host_root)
         os.symlink(final.version, os.path.join(into.runtimes_dir, "current"))
