@@ -72,8 +72,11 @@ def _wait_stopped(containerd, cid: str, timeout: float = 30) -> None:
 def test_the_operators_day_two_with_containerd(containerd, sim_node, tmp_path):
     config = containerd.config_file
     # 1. nvidia-ctk runtime configure --runtime=containerd
+    # nvct's list of configured engine configs is private to this test (a package purge on this
+    # machine meanwhile would undo them: what package removal is for)
+    state = {"NVCT_STATE_DIR": str(tmp_path / "state")}
     subprocess.run([os.path.join(VENV_BIN, "nvidia-ctk"), "runtime", "configure", "--runtime=containerd",
-                    f"--config={config}"], check=True, capture_output=True)
+                    f"--config={config}"], check=True, capture_output=True, env={**os.environ, **state})
     containerd.restart()
     step1 = _engine_files(containerd)
     assert "conf.d/99-nvidia.toml" in step1
@@ -83,7 +86,8 @@ def test_the_operators_day_two_with_containerd(containerd, sim_node, tmp_path):
     (tmp_path / "second").mkdir()
     flags = ["--runtime", "containerd", "--config", config, "--socket", containerd.socket, *node_flags(sim_node)]
     failing = Installer(flags, tmp_path / "first", env={
-        "PATH": f"{_no_systemd(tmp_path)}:/usr/sbin:/usr/bin:/sbin:/bin", "RUNTIME_RESTART_MODE": "systemd"})
+        "PATH": f"{_no_systemd(tmp_path)}:/usr/sbin:/usr/bin:/sbin:/bin", "RUNTIME_RESTART_MODE": "systemd",
+        **state})
     proc = subprocess.run(failing.argv, env=failing.env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
@@ -95,7 +99,7 @@ def test_the_operators_day_two_with_containerd(containerd, sim_node, tmp_path):
     assert not os.path.exists(failing.toolkit)
 
     # 4. the installer succeeds with RUNTIME_RESTART_MODE set; containerd is restarted as it says
-    installer = Installer(flags, tmp_path / "second", env={"RUNTIME_RESTART_MODE": "none"})
+    installer = Installer(flags, tmp_path / "second", env={"RUNTIME_RESTART_MODE": "none", **state})
     with installer:
         containerd.restart()
         # 5. GPU containers run, through the installed runtime
@@ -143,7 +147,7 @@ def dockerd(busybox_image_tar):
 
 def test_a_gpu_container_outlives_the_installer_under_docker(dockerd, sim_node, tmp_path):
     installer = Installer(["--runtime", "docker", "--config", dockerd.config_file, "--socket", dockerd.socket,
-                           *node_flags(sim_node)], tmp_path)
+                           *node_flags(sim_node)], tmp_path, env={"NVCT_STATE_DIR": str(tmp_path / "state")})
     with installer:
         started = dockerd.docker(["run", "-d", "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", BUSYBOX_IMAGE,
                                   "sh", "-c", "ls /dev/nvidia0 && exec sleep 3600"]).check()

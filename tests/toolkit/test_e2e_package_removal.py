@@ -46,3 +46,18 @@ def test_a_container_on_the_packaged_runtime_outlives_the_purge(deb, busybox_ima
         containerd.ctr(["container", "rm", cid]).check()
         assert not os.path.lexists(RUNTIME) and not os.path.lexists("/run/nvct-standins")
         assert _apt("install", "--no-install-recommends", str(deb.path)).ok  # for _installed's purge
+
+
+@needs_root_and_apt
+def test_purge_leaves_no_backup_of_nvct_config_in_place(deb):
+    """``nvct config -i`` keeps ``config.toml.nvct.bak``; the purge takes it with the config."""
+    from tests.packaging.test_deb import APT_ENV, CONFFILE
+    from tests.support.proc import run
+
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    with _installed(deb):
+        run(["/usr/bin/nvct", "config", "-i", "--set", "nvidia-container-cli.debug=/var/log/x.log"],
+            env=APT_ENV).check()
+        assert os.path.exists(CONFFILE + ".nvct.bak")
+    # _installed's purge checked that nothing of the package's is left, the directory included
+    assert not os.path.lexists(CONFFILE + ".nvct.bak")
