@@ -27,6 +27,9 @@ import shutil
 
 #: The first line of every stand-in (how :func:`prune` knows one).
 MARK = "# nvct stand-in:"
+#: What a stand-in says to a create (on stderr, and in runc's ``--log`` for the engine to show).
+REFUSAL = ("nvct was removed from this node; this stand-in only stops and deletes the containers it left "
+           "running (install nvct again to start GPU containers)")
 
 
 def referencing(paths: list[str], proc: str = "/proc") -> dict[str, list[int]]:
@@ -86,7 +89,7 @@ nvct_prune() {{
 }}
 if [ "$1" = --nvct-prune ]; then nvct_prune; exit 0; fi  # the package's removal script, once in place
 sub= skip= log= format=
-why="nvct was removed from this node; this stand-in only stops and deletes the containers it left running (install nvct again to start GPU containers)"
+why="{REFUSAL}"
 for arg do
     case $skip in
         log) log=$arg; skip=; continue ;;
