@@ -17,6 +17,7 @@ APT_PACKAGES=(
   rpm python3-build python3-installer python3-wheel
   iproute2 util-linux
   systemd  # systemd-analyze verify: the nvidia-cdi-refresh units
+  mmdebstrap  # tests/support/noderoot.py: a root with today's engines (containerd 2.x, docker 28)
 )
 
 missing=()

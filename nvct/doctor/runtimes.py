@@ -129,9 +129,9 @@ def check_ctr_gpus(ctx: Context):
         yield info("runtime.ctr-gpus", "no ctr on this shell's PATH: ctr run --gpus is not used here")
         return
     cli = _which(CLI_BINARY, path)
-    if cli is None:
-        yield warn("runtime.ctr-gpus", f"this shell's PATH ({path or 'unset'}) has no {CLI_BINARY}: ctr run --gpus "
-                   f"fails here", f"ln -s {our_binary(CLI_BINARY)} /usr/bin/{CLI_BINARY}")
+    if cli is None:  # info: most nodes with ctr (every containerd one) never run ctr run --gpus
+        yield info("runtime.ctr-gpus", f"this shell's PATH ({path}) has no {CLI_BINARY}: ctr run --gpus would fail "
+                   f"here", f"for ctr run --gpus: ln -s {our_binary(CLI_BINARY)} /usr/bin/{CLI_BINARY}")
         return
     # The version, started as ctr's hook starts it (configure: a hook's start, in the caller's environment).
     problem = _fails_in(environ, [cli, "--version", "configure"])
@@ -213,7 +213,7 @@ def _link_hook_fix(path: str) -> str:
 
 # --- containerd ---
 def check_containerd(ctx: Context):
-    from nvct.runtimes.containerd import PLUGINS, config_version
+    from nvct.runtimes.containerd import config_version, plugin_name
 
     path = ctx.options.containerd_config
     try:
@@ -225,13 +225,13 @@ def check_containerd(ctx: Context):
         files = [(path, main, version)]
         for imported in _imports(path, main):
             data = _read_toml(imported) or {}
-            files.append((imported, data, data.get("version", version) if data else version))
+            files.append((imported, data, config_version(data, imported, version) if "version" in data else version))
     except ConfigError as e:
         yield fail("runtime.containerd", f"{e} (containerd does not start with it)", f"correct {path}")
         return
     found = _Runtimes([f for f, _, _ in files])
     for file, data, file_version in files:
-        cri = ((data.get("plugins") or {}).get(PLUGINS.get(file_version, "")) or {}).get("containerd") or {}
+        cri = ((data.get("plugins") or {}).get(plugin_name(file_version)) or {}).get("containerd") or {}
         for name, entry in (cri.get("runtimes") or {}).items():
             options = entry.get("options") if isinstance(entry, dict) else None
             options = options if isinstance(options, dict) else {}
@@ -248,11 +248,11 @@ def check_containerd(ctx: Context):
 
 def _containerd_drift(path: str, files: list, found: _Runtimes):
     """A drop-in's copy of the CRI section that hides later edits of the main file."""
-    from nvct.runtimes.containerd import PLUGINS, cri_drift
+    from nvct.runtimes.containerd import cri_drift, plugin_name
     from nvct.runtimes.document import MISSING
 
     main, version = files[0][1], files[0][2]
-    plugin = PLUGINS.get(version, "")
+    plugin = plugin_name(version)
     ours = {file for _, file in found.nvidia().values()}
     for file, data, _ in files[1:]:
         mine = (main.get("plugins") or {}).get(plugin)

@@ -1,12 +1,14 @@
-"""containerd's ``config.toml``, versions 1, 2 and 3.
+"""containerd's ``config.toml``, versions 1 to 4.
 
 Each version keeps the CRI runtimes under its own plugin: ``plugins.cri`` (v1,
 or no ``version`` key), ``plugins."io.containerd.grpc.v1.cri"`` (v2) and
-``plugins."io.containerd.cri.v1.runtime"`` (v3, containerd 2.x). A new runtime
+``plugins."io.containerd.cri.v1.runtime"`` (v3 and v4, containerd 2.x). A
+later version is refused: its layout is unknown, and a runtime written where
+containerd does not look would be silently missing. A new runtime
 copies the options of the default runtime (else runc, else crun), so settings
 such as ``SystemdCgroup`` carry over, and runs ``options.BinaryName``.
 
-Drop-in files (v2/v3 only) are read through the main file's ``imports``.
+Drop-in files (v2 and later) are read through the main file's ``imports``.
 containerd 1.x replaces a plugin's whole section with the last file's, so a
 version 2 drop-in starts from a copy of the main file's CRI section: without
 it, the main file's runc runtime and every other CRI setting would vanish.
@@ -28,8 +30,14 @@ from nvct.errors import ConfigError
 from nvct.runtimes.document import MISSING, Document, TomlDocument
 from nvct.runtimes.engine import Engine, get_plain, get_table, read_file
 
-#: The CRI plugin holding the runtimes, per config version.
-PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+#: The CRI plugin holding the runtimes, per config version (containerd 2.0 wrote 3, 2.3 writes 4).
+PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime",
+           4: "io.containerd.cri.v1.runtime"}
+
+
+def plugin_name(version: int) -> str:
+    """The CRI runtime plugin of a config ``version`` (one :func:`config_version` accepted)."""
+    return PLUGINS[version]
 
 
 def config_version(data: dict, what: str, default: int) -> int:
@@ -58,13 +66,15 @@ class ContainerdEngine(Engine):
         doc = TomlDocument(path, read_file(path))
         if path == self.config_path:
             self.version = config_version(doc.data(), path, self.options.config_version)
-            self.plugin = PLUGINS[self.version]
+            self.plugin = plugin_name(self.version)
         return doc
 
     def _check_drop_in(self, drop_in, explicit):
         drop_in = super()._check_drop_in(drop_in, explicit)
         src_version = config_version(self.source, "containerd config source", self.version)
-        self.source_plugin = PLUGINS[src_version]
+        self.source_plugin = plugin_name(src_version)
+        if not self.main.data() and src_version > self.version:  # a new file in the daemon's own version
+            self.version, self.plugin = src_version, self.source_plugin
         if drop_in and self.version == 1:
             if explicit:
                 raise ConfigError(f"{self.config_path}: containerd config version 1 cannot import "

@@ -59,10 +59,25 @@ version = 3
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = true  # cgroup driver
 ''',
+    4: '''\
+# containerd 2.3 (the documented version 4 layout: plugin ids as version 3)
+version = 4
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = true  # cgroup driver
+''',
 }
 
 MATRIX = [(v, drop_in, default, cdi)
-          for v, drop_in, default, cdi in itertools.product((1, 2, 3), (False, True), (False, True), (False, True))]
+          for v, drop_in, default, cdi in itertools.product((1, 2, 3, 4), (False, True), (False, True), (False, True))]
 
 
 def _ids(case):
@@ -101,7 +116,7 @@ def test_configure_then_unconfigure(tmp_path, case):
         assert not drop_in.exists()
     cri = effective["plugins"][plugin]
     runtimes_table = cri["containerd"]["runtimes"]
-    if use_drop_in and version == 3:  # containerd 2.x merges key by key: the drop-in holds only nvct's keys
+    if use_drop_in and version >= 3:  # containerd 2.x merges key by key: the drop-in holds only nvct's keys
         assert list(runtimes_table) == ["nvidia"]
     else:  # containerd 1.x replaces the whole CRI section: the drop-in carries a copy of runc too
         assert runtimes_table["runc"]["options"] == {"SystemdCgroup": True}
@@ -110,7 +125,7 @@ def test_configure_then_unconfigure(tmp_path, case):
     assert nvidia["options"]["SystemdCgroup"] is True
     assert nvidia["options"]["BinaryName"] == NVIDIA
     assert ("Runtime" in nvidia["options"]) == (version == 1)
-    only_ours = use_drop_in and version == 3
+    only_ours = use_drop_in and version >= 3
     assert cri["containerd"].get("default_runtime_name") == ("nvidia" if set_default else None if only_ours else "runc")
     assert cri.get("enable_cdi", False) is cdi
 
@@ -120,7 +135,7 @@ def test_configure_then_unconfigure(tmp_path, case):
     assert sorted(os.listdir(tmp_path)) == ["config.toml"]
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_missing_config_gets_version_and_imports(tmp_path, version):
     config = tmp_path / "config.toml"
     drop_in = tmp_path / "conf.d" / "99-nvidia.toml"
@@ -205,7 +220,8 @@ def test_runtime_overrides_are_merged_into_each_runtime(tmp_path):
 
 
 @pytest.mark.parametrize("content,message", [
-    ("version = 4\n", "unsupported containerd config version 4 (expected one of 1, 2, 3)"),
+    ("version = 5\n", "unsupported containerd config version 5 (expected one of 1, 2, 3, 4)"),
+    ("version = 0\n", "unsupported containerd config version 0 (expected one of 1, 2, 3, 4)"),
     ('version = "2"\n', "version must be an integer, not '2'"),
     ("version = 2\nversion = 3\n", "invalid TOML: line 2, column .*: duplicate key or table"),
     ("version = 2\n[plugins\n", "invalid TOML: line 2, column "),
@@ -241,6 +257,19 @@ def test_command_source_copies_options_from_what_the_daemon_reports(tmp_path):
     assert nvidia["options"] == {"SystemdCgroup": True, "Root": "/dumped", "BinaryName": NVIDIA}
 
 
+def test_a_new_config_takes_the_version_the_daemon_reports(tmp_path):
+    """No config file on a containerd 2.x node: its dump says version 3, and nvct writes 3, as the reference."""
+    config = tmp_path / "config.toml"
+    drop_in = tmp_path / "conf.d" / "99-nvidia.toml"
+    exe = _fake_containerd(tmp_path, CONFIGS[3])
+    runtimes.configure("containerd", str(config), {"nvidia": NVIDIA}, drop_in=str(drop_in),
+                       config_source="command", executable=exe)
+    assert (tmp_path / "argv").read_text().split() == ["config", "dump"]
+    assert config.read_text() == f'version = 3\nimports = ["{tmp_path}/conf.d/*.toml"]\n'
+    assert toml_loads(drop_in.read_text()) == {"version": 3, "plugins": {PLUGINS[3]: {"containerd": {"runtimes": {
+        "nvidia": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True, "BinaryName": NVIDIA}}}}}}}
+
+
 def test_failing_command_source_falls_back_to_the_file(tmp_path):
     config = tmp_path / "config.toml"
     config.write_text(CONFIGS[2])
@@ -268,3 +297,21 @@ def test_low_level_runtime_paths(tmp_path):
     config = tmp_path / "config.toml"
     config.write_text(CONFIGS[2].replace("SystemdCgroup = true", 'BinaryName = "/usr/sbin/runc"'))
     assert runtimes.low_level_runtime_paths("containerd", str(config)) == ["/usr/sbin/runc"]
+
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_doctor_reads_the_runtimes_of_a_containerd_2_config(tmp_path, version):
+    from nvct import doctor
+    from tests.support.gpu_runs import SHIM
+
+    config = tmp_path / "config.toml"
+    drop_in = tmp_path / "conf.d" / "99-nvidia.toml"
+    config.write_text(CONFIGS[version])
+    runtimes.configure("containerd", str(config), {"nvidia": SHIM}, set_default="nvidia", drop_in=str(drop_in))
+    findings = {f.id: f for f in doctor.run(doctor.Options(
+        containerd_config=str(config), docker_config=str(tmp_path / "x"), crio_dir=str(tmp_path / "x"),
+        cdi_dirs=(), env={})) if f.id.startswith("runtime.containerd")}
+    assert findings["runtime.containerd"].status == "ok", findings
+    assert str(drop_in) in findings["runtime.containerd"].seen
+    assert findings["runtime.containerd-drift"].status == "ok", findings

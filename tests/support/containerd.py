@@ -48,8 +48,9 @@ class Containerd:
                  default_runtime: str = "runc",
                  sandbox_image: str = DEFAULT_SANDBOX_IMAGE,
                  extra_env: Mapping[str, str] | None = None,
-                 path_prefix: Sequence[str] = ()) -> None:
+                 path_prefix: Sequence[str] = (), wrapper: Sequence[str] = ()) -> None:
         self.runtimes: dict = {"runc": RUNC, **(runtimes or {})}
+        self.wrapper = list(wrapper)  # argv containerd and ctr run under (e.g. a node root's namespace)
         self.default_runtime = default_runtime
         self.sandbox_image = sandbox_image
         daemon_dirs(self, "c", "containerd", "config.toml", path_prefix=path_prefix, extra_env=extra_env)
@@ -73,7 +74,7 @@ class Containerd:
         with open(self.config_file, "w") as f:
             f.write(tomlkit.dumps(self.config()))
         self._proc = start_daemon(
-            ["/bin/sh", "-c", 'echo $$ > "$1"; exec "$2" --config "$3"', "sh",
+            [*self.wrapper, "/bin/sh", "-c", 'echo $$ > "$1"; exec "$2" --config "$3"', "sh",
              self.pidfile, CONTAINERD, self.config_file],
             env=self.env, log_path=self.log_path)
         deadline = time.monotonic() + timeout
@@ -157,7 +158,7 @@ class Containerd:
             timeout: float = 120) -> Result:
         """``ctr --address <sock> [-n NS] ARGS``."""
         ns = ["-n", namespace] if namespace else []
-        return run([CTR, "--address", self.socket, *ns, *args], env=self.env, timeout=timeout)
+        return run([*self.wrapper, CTR, "--address", self.socket, *ns, *args], env=self.env, timeout=timeout)
 
     def import_image(self, image_tar: str | os.PathLike, namespace: str = "default") -> Result:
         return self.ctr(["images", "import", os.fspath(image_tar)],

@@ -1,0 +1,167 @@
+"""containerd 2.x, for real: the node root's containerd 2.1 (runc 1.3) loads what nvct writes.
+
+``nvct runtime configure`` runs in the node root (its python3, the checkout's
+nvct) on config versions 2 and 3, which containerd 2.1 loads: ``containerd
+config dump`` shows the ``nvidia`` handler from nvct's drop-in, with the runc
+handler's options copied; a CRI pod through that handler gets exactly its GPU
+of the simulated node; ``ctr run --device nvidia.com/gpu=N`` gets it through
+CDI from the spec ``nvct cdi generate`` wrote to ``/var/run/cdi``. Version 4
+(containerd 2.3) is checked against its documented layout: containerd 2.1
+refuses to load it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import tomlkit
+
+from tests.e2e.conftest import expected_nodes, node_config
+from tests.runtimes import toml_loads
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE, need_binaries, need_root
+from tests.support.noderoot import (CRI_IMAGES, CRI_RUNTIME, PACKAGES, SCRIPTS, NodeContainerd, NodeRoot,
+                                    cached_node_root, package_versions)
+
+pytestmark = pytest.mark.containers
+
+SHIM = os.path.join(SCRIPTS, "nvidia-container-runtime")
+PROBE = "find /dev -type c -name 'nvidia*' | sort; dlopen-probe libcuda.so.1 && nvidia-smi -L"
+#: A runc option the nvidia handler must carry over, and a CRI setting the drop-in must not lose.
+RUNC_OPTIONS = {"BinaryName": "/usr/sbin/runc", "NoNewKeyring": True}
+LOG_LINE_SIZE = 12345
+
+
+@pytest.fixture(scope="module")
+def node():
+    need_root("builds and enters a node root")
+    need_binaries("/usr/bin/mmdebstrap", "/usr/bin/nsenter", "/usr/bin/unshare")
+    root = cached_node_root()
+    versions = package_versions(root, PACKAGES)
+    print(f"\nnode root: {versions}")
+    assert versions["containerd"].startswith("2."), versions  # the suite moved on, or the mirror is old
+    with NodeRoot(root) as n:
+        yield n
+
+
+def nvct(node: NodeRoot, *args: str, config: str | None = None) -> str:
+    env = {"NVCT_STATE_DIR": os.environ["NVCT_STATE_DIR"]}
+    if config:
+        env["NVIDIA_CTK_CONFIG_FILE_PATH"] = config
+    result = node.nvct(*args, env=env)
+    assert result.ok, result.describe()
+    return result.stdout
+
+
+def configure(node: NodeRoot, config: str, *extra: str) -> None:
+    nvct(node, "runtime", "configure", "--runtime", "containerd", "--config", config,
+         "--nvidia-runtime-path", SHIM, *extra)
+
+
+def dump(node: NodeRoot, config: str) -> dict:
+    result = node.run(["containerd", "--config", config, "config", "dump"], timeout=60)
+    assert result.ok, result.describe()
+    return toml_loads(result.stdout)
+
+
+class NvctContainerd(NodeContainerd):
+    """The root's containerd, its config edited by nvct (in the root) before it starts."""
+
+    def config(self):
+        config = super().config()
+        cri = config["plugins"]["io.containerd.grpc.v1.cri" if self.config_version == 2 else CRI_RUNTIME]
+        cri["max_container_log_line_size"] = LOG_LINE_SIZE
+        cri["containerd"]["runtimes"]["runc"]["options"] = dict(RUNC_OPTIONS)
+        with open(self.config_file, "w") as f:
+            f.write(tomlkit.dumps(config))
+        configure(self.node, self.config_file)
+        with open(self.config_file) as f:
+            return tomlkit.parse(f.read())  # start() writes it back byte for byte
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["v2", "v3"])
+def containerd2(request, node, sim_node, busybox_image_tar, pause_image_tar, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"containerd2-v{request.param}")
+    config = node_config(tmp, sim_node, mode="legacy", runtime="/usr/sbin/runc")
+    with NvctContainerd(node, config_version=request.param,
+                        extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": config}) as daemon:
+        for namespace in ("default", K8S_NAMESPACE):
+            daemon.import_image(busybox_image_tar, namespace)
+        daemon.import_image(pause_image_tar, K8S_NAMESPACE)
+        yield daemon
+
+
+def test_containerd_2_loads_the_nvidia_handler_from_nvcts_drop_in(containerd2, node):
+    version = containerd2.config_version
+    main = toml_loads(open(containerd2.config_file).read())
+    drop_in = os.path.join(containerd2.state_dir, "conf.d", "99-nvidia.toml")
+    assert main["imports"] == [os.path.join(containerd2.state_dir, "conf.d", "*.toml")]
+    written = toml_loads(open(drop_in).read())
+    if version == 3:  # containerd 2.x merges imports key by key: only nvct's keys
+        assert written == {"version": 3, "plugins": {CRI_RUNTIME: {"containerd": {"runtimes": {"nvidia": {
+            "runtime_type": "io.containerd.runc.v2", "options": {**RUNC_OPTIONS, "BinaryName": SHIM}}}}}}}
+    plugins = containerd2.ctr(["plugins", "ls"], timeout=30)
+    assert plugins.ok, plugins.describe()
+    assert any(line.split()[:2] == ["io.containerd.cri.v1", "runtime"] and line.split()[-1] == "ok"
+               for line in plugins.stdout.splitlines()), plugins.stdout
+
+    effective = dump(node, containerd2.config_file)
+    assert effective["version"] == 3  # containerd 2.x migrates a version 2 config
+    cri = effective["plugins"][CRI_RUNTIME]
+    handlers = cri["containerd"]["runtimes"]
+    assert handlers["nvidia"]["options"]["BinaryName"] == SHIM
+    assert handlers["nvidia"]["options"]["NoNewKeyring"] is True  # copied from runc, as the reference does
+    assert handlers["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    assert handlers["runc"]["options"]["BinaryName"] == "/usr/sbin/runc"  # not lost to the drop-in
+    assert cri["containerd"]["default_runtime_name"] == "runc"
+    assert cri["max_container_log_line_size"] == LOG_LINE_SIZE
+    assert cri["enable_cdi"] is True  # containerd 2.x's default: nothing to write
+    assert effective["plugins"][CRI_IMAGES]["pinned_images"]["sandbox"] == containerd2.sandbox_image
+
+
+@pytest.mark.parametrize("gpu", [0, 1])
+def test_a_cri_pod_through_the_nvidia_handler_gets_its_gpu(containerd2, sim_node, gpu):
+    result = containerd2.cri_run(BUSYBOX_IMAGE_QUALIFIED, ["sh", "-c", PROBE], runtime_handler="nvidia",
+                                 env={"NVIDIA_VISIBLE_DEVICES": str(gpu)})
+    assert result.rc == 0, result.describe() + containerd2.log_tail()
+    assert {line for line in result.stdout.splitlines() if line.startswith("/dev/")} == \
+        expected_nodes(sim_node, [gpu])
+    assert "ok libcuda.so.1" in result.stdout
+    assert f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {sim_node['gpus'][gpu]['uuid']})" in result.stdout
+
+
+def test_a_cri_pod_through_runc_gets_nothing(containerd2):
+    result = containerd2.cri_run(BUSYBOX_IMAGE_QUALIFIED, ["sh", "-c", "ls /dev | grep -c nvidia; true"],
+                                 env={"NVIDIA_VISIBLE_DEVICES": "all"})
+    assert result.rc == 0 and result.stdout.strip() == "0", result.describe()
+
+
+def test_ctr_run_device_names_a_cdi_device_of_nvcts_spec(containerd2, node, sim_node):
+    nvct(node, "cdi", "generate", "--hook-path", os.path.join(SCRIPTS, "nvct"),
+         "--output", "/var/run/cdi/nvidia.yaml", config=sim_node["config"])  # the root's private /run
+    result = containerd2.ctr_run(BUSYBOX_IMAGE_QUALIFIED, ["sh", "-c", PROBE],
+                                 extra_args=["--device", "nvidia.com/gpu=1"])
+    assert result.rc == 0, result.describe() + containerd2.log_tail()
+    assert {line for line in result.stdout.splitlines() if line.startswith("/dev/")} == \
+        expected_nodes(sim_node, [1])
+    assert "ok libcuda.so.1" in result.stdout
+
+
+def test_version_4_is_written_in_its_documented_layout(node, tmp_path):
+    """containerd 2.3's version 4 keeps version 3's plugin ids: the same edit, its own version."""
+    outputs = {}
+    for version in (3, 4):
+        config = tmp_path / f"v{version}" / "config.toml"
+        config.parent.mkdir()
+        config.write_text(f"version = {version}\n[plugins.'{CRI_RUNTIME}'.containerd.runtimes.runc.options]\n"
+                          f"SystemdCgroup = true\n")
+        configure(node, str(config), "--set-as-default", "--cdi.enabled")
+        drop_in = config.parent / "conf.d" / "99-nvidia.toml"
+        outputs[version] = toml_loads(drop_in.read_text())
+        assert toml_loads(config.read_text())["imports"] == [f"{config.parent}/conf.d/*.toml"]
+    assert outputs[4] == {**outputs[3], "version": 4}
+    assert outputs[4]["plugins"][CRI_RUNTIME] == {"enable_cdi": True, "containerd": {
+        "default_runtime_name": "nvidia", "runtimes": {"nvidia": {
+            "runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True, "BinaryName": SHIM}}}}}
+    refused = node.run(["containerd", "--config", str(tmp_path / "v4" / "config.toml"), "config", "dump"])
+    assert not refused.ok and "version" in refused.stderr, refused.describe()  # 2.1 reads up to 3
