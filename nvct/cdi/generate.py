@@ -13,6 +13,10 @@ injects the GPUs a second time.
 Host paths lie under the driver and device roots, container paths are as on
 a host (:mod:`nvct.injection` computes both). The ``management`` mode gives
 one ``all`` device with every NVIDIA device node, for monitoring containers.
+The modes ``gds``, ``mofed``, ``gdrcopy`` and ``nvswitch`` give one ``all``
+device with that subsystem's device nodes (and, for GDS, ``/etc/cufile.json``
+and ``/run/udev``); ``imex`` one device per IMEX channel, named by its number.
+Those specs have no edits of their own, as the reference's.
 
 The result's ``cdiVersion`` is the lowest that can express it, so a plain GPU
 spec is readable by runtimes that know only CDI 0.5.0 (podman 4.3).
@@ -25,6 +29,7 @@ import os
 from nvct import devices, injection
 from nvct.cdi import names, schema
 from nvct.cdi import spec as spec_mod
+from nvct.cdi.features import Generation
 from nvct.config import ALL_CAPABILITIES
 from nvct.driver import Driver, Gpu, MigDevice, Node
 from nvct.edits import ContainerEdits, DeviceNode
@@ -36,7 +41,12 @@ if TYPE_CHECKING:
 
 STRATEGIES = ("index", "uuid", "type-index")
 DEFAULT_STRATEGIES = ("index", "uuid")
-MODES = ("auto", "nvml", "management")
+GATED_MODES = ("gds", "mofed", "gdrcopy", "nvswitch")
+MODES = ("auto", "nvml", "management", *GATED_MODES, "imex")
+#: The reference's other modes, refused with the reason.
+UNSUPPORTED_MODES = {"csv": "Tegra's CSV mount lists", "wsl": "WSL2's /dev/dxg driver"}
+#: IMEX channel ids fit a device minor (20 bits).
+MAX_IMEX_CHANNEL = (1 << 20) - 1
 DEFAULT_VENDOR = "nvidia.com"
 DEFAULT_CLASS = "gpu"
 ALL_DEVICE = "all"
@@ -56,15 +66,31 @@ _MANAGEMENT_SKIPPED = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 
 def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cls: str = DEFAULT_CLASS,
              device_ids: Sequence[str] = (ALL_DEVICE,), strategies: Sequence[str] = DEFAULT_STRATEGIES,
-             mode: str = "auto", all_device: bool = True, ldconfig: str | None = None) -> dict[str, Any]:
-    """The spec (a mapping ready to write) for ``driver``'s devices."""
+             mode: str = "auto", all_device: bool = True, ldconfig: str | None = None,
+             generation: Generation | None = None) -> dict[str, Any]:
+    """The spec (a mapping ready to write) for ``driver``'s devices.
+
+    ``generation``: feature flags and hook choices (default: the reference's defaults).
+    """
     reason = names.vendor_error(vendor) or names.class_error(cls)
     if reason:
         raise NvctError(f"invalid CDI kind {vendor}/{cls}: {reason}")
+    if mode in UNSUPPORTED_MODES:
+        raise NvctError(f"CDI generate mode {mode!r} ({UNSUPPORTED_MODES[mode]}) is not supported by nvct")
     if mode not in MODES:
         raise NvctError(f"unknown CDI generate mode {mode!r} (one of {', '.join(MODES)})")
-    common = _writable_mounts_by_hook(
-        injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig))
+    if generation is None:
+        generation = Generation()
+    if mode == "management":  # libcuda may not create nodes, but the container has every node anyway
+        generation = generation.with_disabled("disable-device-node-modification")
+    if mode in GATED_MODES or mode == "imex":
+        common = ContainerEdits()
+        entries = (_gated_entries(driver, mode) if mode in GATED_MODES else _imex_entries(driver, device_ids))
+        all_device = all_device and NONE_DEVICE not in device_ids
+        return _spec(vendor, cls, entries, common, all_device, generation)
+    common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig,
+                                    generation=generation)
+    common = _writable_mounts_by_hook(generation.finish(common))
     if mode == "management":
         entries = [(ALL_DEVICE, _management_edits(driver))]
         common.device_nodes = []
@@ -75,6 +101,15 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
     else:
         entries = _device_entries(driver, device_ids, _unique_strategies(strategies))
     common.env.append(VOID_ENV)
+    return _spec(vendor, cls, entries, common, all_device, generation)
+
+
+def _spec(vendor: str, cls: str, entries: list[tuple[str, ContainerEdits]], common: ContainerEdits,
+          all_device: bool, generation: Generation) -> dict[str, Any]:
+    done: dict[int, ContainerEdits] = {}
+    for _, edits in entries:  # one edits object may serve several names
+        if id(edits) not in done:
+            done[id(edits)] = generation.finish(edits)
     if all_device and entries and not any(name == ALL_DEVICE for name, _ in entries):
         merged = ContainerEdits()
         for _, edits in entries:
@@ -134,6 +169,43 @@ def _device_entries(driver: Driver, device_ids: Sequence[str],
     for gpu, mig in selection.migs:
         edits = injection.mig_edits(driver, gpu, mig, CAPABILITIES)
         entries.extend((name, edits) for name in mig_device_names(gpu, mig, strategies, mig_uuid))
+    return entries
+
+
+def _gated_entries(driver: Driver, mode: str) -> list[tuple[str, ContainerEdits]]:
+    """One ``all`` device with the subsystem's nodes (GDS's files only when it has nodes)."""
+    edits = injection.gated_edits(driver, mode)
+    if not edits.device_nodes:
+        globs = ", ".join(injection.GATED[mode][0])
+        raise DriverError(f"--mode {mode}: no device nodes {globs} under {driver.dev_host_path('/dev')}")
+    return [(ALL_DEVICE, edits)]
+
+
+def _imex_entries(driver: Driver, device_ids: Sequence[str]) -> list[tuple[str, ContainerEdits]]:
+    """A device per IMEX channel: ``all`` (the channels present), ``N`` or ``channelN``."""
+    if NONE_DEVICE in device_ids:
+        return [(NONE_DEVICE, ContainerEdits(env=[VOID_ENV]))]
+    channels: list[int] = []
+    for raw in device_ids:
+        trimmed = raw[len("channel"):] if raw.startswith("channel") else raw
+        if trimmed == ALL_DEVICE:
+            found = [n.path for n in driver.glob_nodes("/dev/nvidia-caps-imex-channels/channel*")]
+            channels.extend(int(p.rsplit("channel", 1)[1]) for p in found if p.rsplit("channel", 1)[1].isdigit())
+            continue
+        if not trimmed.isdigit() or int(trimmed) > MAX_IMEX_CHANNEL:
+            raise RequestError(f"--device-id {raw!r}: not an IMEX channel (0 to {MAX_IMEX_CHANNEL}, "
+                               "channelN, or all)")
+        channels.append(int(trimmed))
+    entries = []
+    for channel in sorted(set(channels)):
+        node = driver.imex_channel_node(channel)
+        if not os.path.exists(node.host_path):
+            raise DriverError(f"IMEX channel {channel} not found at {node.host_path}")
+        entries.append((str(channel), ContainerEdits(device_nodes=[
+            DeviceNode(node.path, node.major, node.minor, host_path=node.host_path, file_mode=node.file_mode,
+                       reason=f"IMEX channel {channel}")])))
+    if not entries:
+        raise DriverError(f"--mode imex: no IMEX channels under {driver.dev_host_path('/dev/nvidia-caps-imex-channels')}")
     return entries
 
 

@@ -9,6 +9,8 @@ fully qualified is a device of ``default-kind`` (``0`` ->
 Devices of the kind ``runtime.nvidia.com/gpu`` are the reference's
 *automatic* devices: their spec is generated for the request, in memory,
 instead of being read from disk; they cannot be mixed with other CDI devices.
+jit-cdi's ``nvcdi-feature-flags`` and ``nvcdi-disable-hooks`` apply to them, as
+in the reference.
 """
 
 from __future__ import annotations
@@ -79,11 +81,12 @@ def _sealed(edits: ContainerEdits) -> ContainerEdits:
 def _automatic_registry(wanted: list[str], config) -> Registry:
     """A registry of one spec generated now for just the requested devices."""
     from nvct.cdi import generate, spec as spec_mod
+    from nvct.cdi.features import for_jit
     from nvct.driver import Driver
     from nvct.injection import hook_executable, ldconfig_setting
 
     ids = [n.partition("=")[2] for n in wanted]
     raw = generate.generate(Driver.from_config(config), hook_path=hook_executable(config),
                             vendor=AUTOMATIC_VENDOR, cls=AUTOMATIC_CLASS, device_ids=ids,
-                            ldconfig=ldconfig_setting(config))
+                            ldconfig=ldconfig_setting(config), generation=for_jit(config))
     return Registry.from_specs([spec_mod.validate(raw, f"<generated for {', '.join(ids)}>")])

@@ -15,37 +15,33 @@ def cdi_group():
     pass
 
 
-@cdi_group.command("generate", help="Write a CDI spec for this node's GPUs and MIG devices.")
-@click.option("--output", "output", default="", metavar="FILE", envvar="NVIDIA_CTK_CDI_OUTPUT_FILE_PATH",
-              help="Write here (atomically) instead of to stdout; a name without .yaml/.json gets one.")
-@click.option("--format", "fmt", type=click.Choice(["yaml", "json"], case_sensitive=False), default=None,
-              envvar="NVIDIA_CTK_CDI_OUTPUT_FORMAT",
-              help="Output format (default: from the --output extension, else yaml).")
-@click.option("--mode", "--discovery-mode", "mode", default="auto", show_default=True,
-              type=click.Choice(["auto", "nvml", "management"], case_sensitive=False),
-              help="management: one 'all' device with every NVIDIA device node, for monitoring.")
-@click.option("--device-name-strategy", "strategies", multiple=True,
-              type=click.Choice(["index", "uuid", "type-index"]),
-              help="How devices are named; repeat for several names each (default: index and uuid).")
-@click.option("--device-id", "--device-ids", "device_ids", multiple=True, metavar="ID",
-              help="Only these GPUs/MIG devices (index, GPU:MIG, UUID, PCI bus id, all, none); repeatable.")
-@click.option("--driver-root", default=None, metavar="DIR",
-              help="Where the driver's files are (default: the config's nvidia-container-cli.root).")
-@click.option("--dev-root", default=None, metavar="DIR",
-              help="Where /dev is (default: the config's, or --driver-root when that is given).")
-@click.option("--vendor", "--cdi-vendor", "vendor", default="nvidia.com", show_default=True)
-@click.option("--class", "--cdi-class", "cls", default="gpu", show_default=True)
-@click.option("--no-all-device", is_flag=True, help="Do not add the 'all' device.")
-@click.option("--hook-path", "--nvidia-cdi-hook-path", "hook_path", default=None, metavar="PATH",
-              help="Absolute path of nvct for the createContainer hook (default: this nvct).")
+def _generate_options(command):
+    """The click options of ``cdi generate``, from its one table (:data:`nvct.cli.cdi_generate.OPTIONS`)."""
+    from nvct.cli.cdi_generate import DEPRECATED_ENV, FLAG, LIST, OPTIONS
+
+    for opt in reversed(OPTIONS):
+        env = opt.env + tuple(old for old, new in DEPRECATED_ENV.items() if new in opt.env)
+        kwargs = {"default": None, "help": f"{opt.help} [env: {', '.join(env)}]"}
+        if opt.kind == FLAG:
+            kwargs["is_flag"] = True
+        else:
+            kwargs["multiple"] = opt.kind == LIST
+            kwargs["metavar"] = opt.metavar
+            if opt.choices:
+                kwargs["type"] = click.Choice(opt.choices, case_sensitive=False)
+        command = click.option(*opt.names, opt.param, **kwargs)(command)
+    return command
+
+
+@cdi_group.command("generate", help="Write a CDI spec for this node's GPUs and MIG devices, or for a "
+                   "subsystem (--mode).")
+@_generate_options
 @click.pass_context
-def generate_command(ctx, output, fmt, mode, strategies, device_ids, driver_root, dev_root, vendor, cls,
-                     no_all_device, hook_path):
+def generate_command(ctx, **params):
     from nvct.cli.cdi_generate import run
 
-    message = run(load_config(ctx), output=output, fmt=fmt, mode=mode, strategies=strategies,
-                  device_ids=device_ids, driver_root=driver_root, dev_root=dev_root, vendor=vendor,
-                  cls=cls, no_all_device=no_all_device, hook_path=hook_path)
+    given = {k: (list(v) if isinstance(v, tuple) else v) for k, v in params.items() if v not in (None, ())}
+    message = run(load_config(ctx), given)
     if message:
         click.echo(message, err=True)
 

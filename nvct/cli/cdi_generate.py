@@ -1,10 +1,12 @@
-"""``nvct cdi generate`` without click: the CDI refresh units run it on boots and driver changes.
+"""``nvct cdi generate``: its one option table, and a path without click for the refresh units.
 
-click's import alone costs ~20 ms, half of the start budget. :func:`fast_main`
-takes the plain command lines (the options below, ``--opt value`` or
-``--opt=value``) and returns None for anything else (``--help``, a global
-option, an unknown or malformed option), which click then handles and
-reports as usual. Both paths end in :func:`run`.
+:data:`OPTIONS` is the only definition of the command's options: the click
+command (:mod:`nvct.cli.cdi`) is built from it, and :func:`fast_main` parses
+plain command lines with it (click's import alone costs ~20 ms, half of the
+start budget). Each option has the reference's names and variables, and
+:func:`resolve` applies the reference's precedence: the command line, then
+the variable, then the config file (``nvidia-container-cli.root`` for the
+driver root), then the default. List options take repeats and commas.
 """
 
 from __future__ import annotations
@@ -12,34 +14,94 @@ from __future__ import annotations
 import os
 import sys
 
-#: option -> (parameter, choices or None); () marks a flag.
-_OPTIONS = {
-    "--output": ("output", None), "--format": ("fmt", ("yaml", "json")),
-    "--mode": ("mode", ("auto", "nvml", "management")),
-    "--discovery-mode": ("mode", ("auto", "nvml", "management")),
-    "--device-name-strategy": ("strategies", ("index", "uuid", "type-index")),
-    "--device-id": ("device_ids", None), "--device-ids": ("device_ids", None),
-    "--driver-root": ("driver_root", None), "--dev-root": ("dev_root", None),
-    "--vendor": ("vendor", None), "--cdi-vendor": ("vendor", None),
-    "--class": ("cls", None), "--cdi-class": ("cls", None),
-    "--hook-path": ("hook_path", None), "--nvidia-cdi-hook-path": ("hook_path", None),
-    "--no-all-device": ("no_all_device", ()),
-}
-_REPEATED = ("strategies", "device_ids")
-#: case-insensitive choices, as click.Choice(case_sensitive=False) there
+VALUE, LIST, FLAG = "value", "list", "flag"
+
+
+class Option:
+    """One option: its names, parameter, kind, variables (first wins), choices, help."""
+
+    __slots__ = ("names", "param", "kind", "env", "choices", "metavar", "help")
+
+    def __init__(self, names: tuple[str, ...], param: str, kind: str, env: tuple[str, ...],
+                 help: str, *, choices: tuple[str, ...] | None = None, metavar: str | None = None):
+        self.names, self.param, self.kind, self.env = names, param, kind, env
+        self.help, self.choices, self.metavar = help, choices, metavar
+
+
+_MODES = ("auto", "nvml", "management", "gds", "mofed", "gdrcopy", "nvswitch", "imex", "csv", "wsl")
+_G = "NVIDIA_CTK_CDI_GENERATE_"
+
+OPTIONS = (
+    Option(("--output",), "output", VALUE, ("NVIDIA_CTK_CDI_OUTPUT_FILE_PATH",),
+           "Write here (atomically) instead of to stdout; a name without .yaml/.json gets one.", metavar="FILE"),
+    Option(("--format",), "fmt", VALUE, (_G + "OUTPUT_FORMAT",),
+           "Output format (default: from the --output extension, else yaml).", choices=("yaml", "json")),
+    Option(("--mode", "--discovery-mode"), "mode", VALUE, (_G + "MODE",),
+           "auto/nvml: the GPUs; management: one 'all' device with every NVIDIA device node; gds, mofed, "
+           "gdrcopy, nvswitch: one 'all' device with that subsystem's nodes; imex: a device per IMEX channel "
+           "(default: auto).", choices=_MODES),
+    Option(("--device-name-strategy",), "strategies", LIST, (_G + "DEVICE_NAME_STRATEGIES",),
+           "index, uuid or type-index; repeat for several names each (default: index and uuid).",
+           metavar="STRATEGY"),
+    Option(("--device-id", "--device-ids", "--device", "--devices"), "device_ids", LIST, (_G + "DEVICE_IDS",),
+           "Only these GPUs/MIG devices (index, GPU:MIG, UUID, PCI bus id, all, none), or IMEX channels "
+           "(default: all).", metavar="ID"),
+    Option(("--driver-root",), "driver_root", VALUE, ("NVIDIA_CTK_DRIVER_ROOT",),
+           "Where the driver's files are (default: the config's nvidia-container-cli.root).", metavar="DIR"),
+    Option(("--dev-root",), "dev_root", VALUE, ("NVIDIA_CTK_DEV_ROOT",),
+           "Where /dev is (default: --driver-root when given, else the config's).", metavar="DIR"),
+    Option(("--vendor", "--cdi-vendor"), "vendor", VALUE, (_G + "VENDOR",), "CDI vendor (default: nvidia.com)."),
+    Option(("--class", "--cdi-class"), "cls", VALUE, (_G + "CLASS",), "CDI class (default: gpu)."),
+    Option(("--nvidia-cdi-hook-path", "--nvidia-ctk-path", "--hook-path"), "hook_path", VALUE,
+           ("NVIDIA_CTK_CDI_HOOK_PATH",),
+           "The program the createContainer hook runs; a bare name is looked up on PATH (default: this nvct).",
+           metavar="PATH"),
+    Option(("--ldconfig-path",), "ldconfig_path", VALUE, (_G + "LDCONFIG_PATH",),
+           "The host ldconfig the update-ldcache step may run (default: the config's).", metavar="PATH"),
+    Option(("--disable-hook", "--disable-hooks"), "disabled_hooks", LIST, (_G + "DISABLED_HOOKS",),
+           "Leave this hook out; 'all' leaves every hook out.", metavar="HOOK"),
+    Option(("--enable-hook", "--enable-hooks"), "enabled_hooks", LIST, (_G + "ENABLED_HOOKS",),
+           "Keep this hook even if disabled (chmod is off by default).", metavar="HOOK"),
+    Option(("--feature-flag", "--feature-flags"), "feature_flags", LIST, (_G + "FEATURE_FLAGS",),
+           "disable-ipc-discoverer, enable-explicit-driver-libraries, disable-nvsandboxutils, "
+           "no-additional-gids-for-device-nodes.", metavar="FLAG"),
+    Option(("--library-search-path",), "library_search_paths", LIST, (_G + "LIBRARY_SEARCH_PATHS",),
+           "csv mode only (as the reference); nvct finds libraries through the driver root's ld cache.",
+           metavar="DIR"),
+    Option(("--config-search-path",), "config_search_paths", LIST, (_G + "CONFIG_SEARCH_PATHS",),
+           "Not used by nvct: it finds the driver's config files in their standard directories.", metavar="DIR"),
+    Option(("--csv.file",), "csv_files", LIST, (_G + "CSV_FILES",), "csv mode only (not supported by nvct).",
+           metavar="FILE"),
+    Option(("--csv.ignore-pattern",), "csv_ignore_patterns", LIST, (_G + "CSV_IGNORE_PATTERNS",),
+           "csv mode only (not supported by nvct).", metavar="PATTERN"),
+    Option(("--csv.compat-container-root",), "csv_compat_root", VALUE, (_G + "CSV_CONTAINER_COMPAT_ROOT",),
+           "csv mode only (not supported by nvct).", metavar="DIR"),
+    Option(("--no-all-device",), "no_all_device", FLAG, (_G + "NO_ALL_DEVICE",), "Do not add the 'all' device."),
+)
+#: Variables nvct read by mistake once: still read, with a warning.
+DEPRECATED_ENV = {"NVIDIA_CTK_CDI_OUTPUT_FORMAT": _G + "OUTPUT_FORMAT"}
+_DEFAULTS = {"output": "", "fmt": None, "mode": "auto", "strategies": (), "device_ids": ("all",),
+             "driver_root": None, "dev_root": None, "vendor": "nvidia.com", "cls": "gpu", "hook_path": None,
+             "ldconfig_path": None, "disabled_hooks": (), "enabled_hooks": (), "feature_flags": (),
+             "library_search_paths": (), "config_search_paths": (), "csv_files": (), "csv_ignore_patterns": (),
+             "csv_compat_root": None, "no_all_device": False}
+_BY_NAME = {name: opt for opt in OPTIONS for name in opt.names}
+#: case-insensitive choices, as the reference lowers them
 _FOLDED = ("fmt", "mode")
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 
 
 def fast_main(argv: list[str]) -> int | None:
     """``argv`` after ``cdi generate``; None: not a plain command line, let click take it."""
-    opts = _parse(argv)
-    if opts is None:
+    given = _parse(argv)
+    if given is None:
         return None
     from nvct import config as config_mod
     from nvct.errors import NvctError
 
     try:
-        message = run(config_mod.load(os.environ.get(config_mod.CONFIG_ENV) or None), **opts)
+        message = run(config_mod.load(os.environ.get(config_mod.CONFIG_ENV) or None), given)
     except NvctError as e:
         sys.stderr.write(f"nvct: {e}\n")
         return 1
@@ -49,62 +111,133 @@ def fast_main(argv: list[str]) -> int | None:
 
 
 def _parse(argv: list[str]) -> dict | None:
-    opts: dict = {"output": os.environ.get("NVIDIA_CTK_CDI_OUTPUT_FILE_PATH", ""),
-                  "fmt": os.environ.get("NVIDIA_CTK_CDI_OUTPUT_FORMAT") or None,
-                  "mode": "auto", "strategies": [], "device_ids": [], "driver_root": None,
-                  "dev_root": None, "vendor": "nvidia.com", "cls": "gpu", "no_all_device": False,
-                  "hook_path": None}
-    if opts["fmt"] is not None and opts["fmt"].lower() not in ("yaml", "json"):
-        return None
+    """The options given on the command line (lists as given), or None for click."""
+    given: dict = {}
     args = iter(argv)
     for arg in args:
         name, eq, value = arg.partition("=")
-        known = _OPTIONS.get(name)
-        if known is None:
+        opt = _BY_NAME.get(name)
+        if opt is None:
             return None
-        param, choices = known
-        if choices == ():
+        if opt.kind == FLAG:
             if eq:
                 return None
-            opts[param] = True
+            given[opt.param] = True
             continue
         if not eq:
             value = next(args, None)
             if value is None or value.startswith("-"):
                 return None
-        if choices and (value.lower() if param in _FOLDED else value) not in choices:
+        if opt.choices and value.lower() not in opt.choices:
             return None
-        if param in _REPEATED:
-            opts[param].append(value)
+        if opt.kind == LIST:
+            given.setdefault(opt.param, []).append(value)
         else:
-            opts[param] = value
-    return opts
+            given[opt.param] = value
+    return given
 
 
-def run(config, *, output, fmt, mode, strategies, device_ids, driver_root, dev_root, vendor, cls,
-        no_all_device, hook_path) -> str | None:
-    """Generate the spec; write it to stdout or ``output``. Returns the line for stderr, if any."""
-    from nvct.cdi import encoding, generate, spec as spec_mod
-    from nvct.driver import Driver
+def resolve(given: dict, environ, config) -> dict:
+    """Every parameter: given > variable > config > default."""
     from nvct.errors import NvctError
+    from nvct.log import logger
+
+    out = dict(_DEFAULTS)
+    for opt in OPTIONS:
+        if opt.param in given:
+            raw, source = given[opt.param], opt.names[0]
+        else:
+            raw, source = None, None
+            for var in opt.env + tuple(old for old, new in DEPRECATED_ENV.items() if new in opt.env):
+                if environ.get(var):
+                    raw, source = environ[var], var
+                    if var in DEPRECATED_ENV:
+                        logger.warning("%s is deprecated (NVIDIA's toolkit never read it): set %s", var,
+                                       DEPRECATED_ENV[var])
+                    break
+            if raw is None:
+                continue
+        if opt.kind == FLAG:
+            if raw is True or raw in _TRUE:
+                out[opt.param] = True
+            elif raw is False or raw in _FALSE:
+                out[opt.param] = False
+            else:
+                raise NvctError(f"{source}: {raw!r} is not a boolean (true or false)")
+            continue
+        if opt.kind == LIST:
+            out[opt.param] = split_list([raw] if isinstance(raw, str) else raw)
+            continue
+        value = raw.lower() if opt.param in _FOLDED else raw
+        if opt.choices and value not in opt.choices:
+            raise NvctError(f"{source}: invalid value {raw!r} (one of {', '.join(opt.choices)})")
+        out[opt.param] = value
+    if out["driver_root"] is None:
+        out["driver_root"] = config.get("nvidia-container-cli.root") or None
+    return out
+
+
+def run(config, given: dict) -> str | None:
+    """Generate the spec; write it to stdout or ``output``. Returns the line for stderr, if any."""
+    from nvct import log
+    from nvct.cdi import encoding, features, generate, spec as spec_mod
+    from nvct.driver import Driver
     from nvct.injection import hook_executable, ldconfig_setting
 
-    fmt = output_format(fmt, output)
-    if hook_path is not None and not hook_path.startswith("/"):
-        raise NvctError(f"--hook-path: {hook_path!r} is not an absolute path")
+    if not log.logger.is_enabled_for("debug"):
+        log.setup(level="warning", stderr=True)
+    o = resolve(given, os.environ, config)
+    _warn_unused(o)
+    fmt = output_format(o["fmt"], o["output"])
+    hook_path = _hook_path(o["hook_path"]) if o["hook_path"] else hook_executable(config)
+    ldconfig = o["ldconfig_path"] or ldconfig_setting(config)
+    dev_root = o["dev_root"]
     if dev_root is None:
-        dev_root = driver_root if driver_root is not None else config.dev_root
-    driver = Driver(driver_root or config.driver_root, dev_root or "/", config.proc_root,
+        dev_root = o["driver_root"] if "driver_root" in given or os.environ.get("NVIDIA_CTK_DRIVER_ROOT") \
+            else config.dev_root
+    driver = Driver(o["driver_root"] or config.driver_root, dev_root or "/", config.proc_root,
                     config.get("nvidia-container-cli.ldcache") or None)
+    generation = features.Generation(o["feature_flags"], o["disabled_hooks"], o["enabled_hooks"])
+    device_ids = o["device_ids"] or ("all",)
     raw = generate.generate(
-        driver, hook_path=hook_path or hook_executable(config), vendor=vendor, cls=cls,
-        device_ids=split_list(device_ids) or ("all",), strategies=tuple(strategies) or generate.DEFAULT_STRATEGIES,
-        mode=mode.lower(), all_device=not no_all_device, ldconfig=ldconfig_setting(config))
-    if not output:
+        driver, hook_path=hook_path, vendor=o["vendor"], cls=o["cls"], device_ids=device_ids,
+        strategies=o["strategies"] or generate.DEFAULT_STRATEGIES, mode=o["mode"],
+        all_device=not o["no_all_device"], ldconfig=ldconfig, generation=generation)
+    if not o["output"]:
         sys.stdout.write(encoding.dumps(raw, fmt))
         return None
-    written = spec_mod.save(raw, output, fmt)
+    written = spec_mod.save(raw, o["output"], fmt)
     return f"nvct: wrote {written} (cdiVersion {raw['cdiVersion']}, {len(raw['devices'])} devices)"
+
+
+def _warn_unused(o: dict) -> None:
+    from nvct.log import logger
+
+    if o["library_search_paths"]:
+        logger.warning("--library-search-path ignored: it applies to csv mode only (as in NVIDIA's toolkit); "
+                       "nvct finds the driver's libraries through the driver root's ld cache")
+    if o["config_search_paths"]:
+        logger.warning("--config-search-path ignored: nvct finds the driver's config files (ICD and profile "
+                       "JSONs) in their standard directories under the driver root")
+    for param, name in (("csv_files", "--csv.file"), ("csv_ignore_patterns", "--csv.ignore-pattern"),
+                        ("csv_compat_root", "--csv.compat-container-root")):
+        if o[param]:
+            logger.warning("%s ignored: nvct has no csv (Tegra) mode", name)
+
+
+def _hook_path(value: str) -> str:
+    """An absolute path, or a bare name found on PATH (``nvidia-ctk``, ``nvidia-cdi-hook``)."""
+    from nvct.errors import NvctError
+    from nvct.lowlevel import which
+
+    if value.startswith("/"):
+        return value
+    if "/" not in value:
+        found = which(value)
+        if found:
+            return os.path.abspath(found)
+        raise NvctError(f"--nvidia-cdi-hook-path: {value!r} not found on PATH")
+    raise NvctError(f"--nvidia-cdi-hook-path: {value!r} is not an absolute path")
 
 
 def split_list(values) -> tuple[str, ...]:
@@ -113,6 +246,7 @@ def split_list(values) -> tuple[str, ...]:
 
 
 def output_format(fmt: str | None, output: str, default: str = "yaml") -> str:
+    """The format asked, else the one ``output``'s extension implies; a contradiction is refused."""
     from nvct.cdi.encoding import format_for
     from nvct.errors import NvctError
 

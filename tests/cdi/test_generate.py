@@ -161,7 +161,9 @@ def test_vendor_and_class(node):
 @pytest.mark.parametrize("kwargs, message", [
     ({"vendor": "-bad"}, "invalid CDI kind -bad/gpu"),
     ({"cls": "g/pu"}, "invalid CDI kind nvidia.com/g/pu"),
-    ({"mode": "csv"}, "unknown CDI generate mode 'csv'"),
+    ({"mode": "bogus"}, "unknown CDI generate mode 'bogus'"),
+    ({"mode": "csv"}, r"CDI generate mode 'csv' \(Tegra's CSV mount lists\) is not supported by nvct"),
+    ({"mode": "wsl"}, "CDI generate mode 'wsl' .* is not supported by nvct"),
     ({"strategies": ["serial"]}, "unknown device name strategy 'serial'"),
 ])
 def test_bad_options(node, kwargs, message):
