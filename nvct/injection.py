@@ -66,8 +66,12 @@ GATED = {
 }
 
 
-def container_edits(request: Request, driver: Driver, config, *, hook_path: str | None = None) -> ContainerEdits:
-    """All edits for one GPU request (devices, then what they share)."""
+def container_edits(request: Request, driver: Driver, config, *, hook_path: str | None = None,
+                    generation=None) -> ContainerEdits:
+    """All edits for one GPU request (devices, then what they share).
+
+    ``generation``: jit-cdi's feature flags and hook choices (:mod:`nvct.cdi.features`).
+    """
     if not request.is_gpu:
         return ContainerEdits()
     selection = selection_for(request, driver, config)
@@ -81,7 +85,9 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     for feature in sorted(request.features):
         edits.extend(gated_edits(driver, feature))
     edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
-                              ldconfig=ldconfig_setting(config)))
+                              ldconfig=ldconfig_setting(config), generation=generation))
+    if generation is not None:
+        generation.finish(edits)
     logger.debug("edits for %r: %d device node(s), %d mount(s), %d hook(s)", request,
                  len(edits.device_nodes), len(edits.mounts), len(edits.hooks))
     return edits
@@ -127,10 +133,11 @@ def ldconfig_setting(config) -> str | None:
 
 
 def common_edits(driver: Driver, capabilities, *, hook_path: str,
-                 ldconfig: str | None = None) -> ContainerEdits:
+                 ldconfig: str | None = None, generation=None) -> ContainerEdits:
     """What every GPU container with ``capabilities`` gets, whichever GPUs it has.
 
     ``ldconfig``: the host ldconfig for the update-ldcache step (None: the default).
+    ``generation``: feature flags that leave out the IPC sockets or add libraries.
     """
     caps = set(capabilities)
     sets = library_sets(caps)  # video brings the compute libraries, display the graphics ones
@@ -140,12 +147,14 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str,
     libraries = driver.libraries(sets, compat32="compat32" in caps)
     if "video" in sets:
         libraries += driver.vdpau_libraries()
+    if generation is not None:
+        libraries += [lib for lib in generation.explicit_libraries(driver) if lib not in libraries]
     for lib in libraries:
         edits.mounts.append(Mount(driver.host_path(lib.path), lib.path, "bind", RO_MOUNT,
                                   reason=f"{lib.capability} library ({lib.arch})"))
     for path in driver.binaries(sorted(caps)):
         edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="driver utility"))
-    for path in driver.ipc(sorted(caps)):
+    for path in driver.ipc(sorted(caps)) if generation is None or generation.ipc else ():
         options = RW_MOUNT if path == "/tmp/nvidia-mps" else IPC_MOUNT
         edits.mounts.append(Mount(driver.host_path(path), path, "bind", options, reason="driver IPC"))
     for path in driver.firmware():

@@ -81,10 +81,11 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         _into_spec(spec, edits, bundle, config, runtime, prepare)
         return Modification("cdi", why, edits, request.devices or ())
     from nvct import injection
+    from nvct.cdi.features import for_jit
     from nvct.driver import Driver
 
     driver = driver or Driver.from_config(config)
-    edits = injection.container_edits(request, driver, config)
+    edits = injection.container_edits(request, driver, config, generation=for_jit(config))
     if bundle:
         edits.hooks = [_with_container_root(h, ocispec.rootfs(spec, bundle)) for h in edits.hooks]
     check_requirements(request, driver, config)
