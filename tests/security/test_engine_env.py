@@ -151,7 +151,8 @@ def test_every_program_runs_in_a_cuda_users_shell(program, planted):
     mark, env = planted
     for extra in ({"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}, env):
         result = subprocess.run([os.path.join(VENV_BIN, program), "--version"], capture_output=True, text=True,
-                                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **extra}, timeout=60, check=False, cwd="/")
+                                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **extra}, timeout=60, check=False,
+                                cwd="/")
         assert result.returncode == 0 and "version" in result.stdout.lower(), result.stderr
         assert not result.stderr
     assert not _markers(mark)
@@ -171,7 +172,8 @@ def test_a_path_of_nvcts_resolved_from_the_working_directory_is_refused(argv, va
     assert "the engine's" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_the_legacy_hook_run_with_a_containers_environment_refuses_nvcts_variables(tmp_path, sim_node):
+@pytest.mark.containers
+def test_the_legacy_hook_run_with_a_containers_environment_refuses_nvcts_variables(tmp_path):
     """The legacy hook as a createContainer entry without env under runc: the image's config path
     (absolute, into its own rootfs) would steer it (its log file: a host write of the image's
     choosing). It runs in the rootfs, so the environment is the container's: one line, no write."""
