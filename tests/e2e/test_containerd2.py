@@ -4,7 +4,7 @@
 nvct) on config versions 2 and 3, which containerd 2.1 loads: ``containerd
 config dump`` shows the ``nvidia`` handler from nvct's drop-in, with the runc
 handler's options copied; a CRI pod through that handler gets exactly its GPU
-of the simulated node; ``ctr run --device nvidia.com/gpu=N`` gets it through
+of the simulated node (legacy mode under runc, jit-cdi under crun); ``ctr run --device nvidia.com/gpu=N`` gets it through
 CDI from the spec ``nvct cdi generate`` wrote to ``/var/run/cdi``. Version 4
 (containerd 2.3) is checked against its documented layout: containerd 2.1
 refuses to load it.
@@ -19,6 +19,7 @@ import tomlkit
 
 from tests.e2e.conftest import expected_nodes, node_config
 from tests.runtimes import toml_loads
+from tests.support import cgroupfix
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE, need_binaries, need_root
 from tests.support.noderoot import (CRI_IMAGES, CRI_RUNTIME, PACKAGES, SCRIPTS, NodeContainerd, NodeRoot,
                                     cached_node_root, package_versions)
@@ -36,6 +37,7 @@ LOG_LINE_SIZE = 12345
 def node():
     need_root("builds and enters a node root")
     need_binaries("/usr/bin/mmdebstrap", "/usr/bin/nsenter", "/usr/bin/unshare")
+    cgroupfix.ensure_crun_works()  # before the root's namespace copies the host's /sys
     root = cached_node_root()
     versions = package_versions(root, PACKAGES)
     print(f"\nnode root: {versions}")
@@ -79,11 +81,16 @@ class NvctContainerd(NodeContainerd):
             return tomlkit.parse(f.read())  # start() writes it back byte for byte
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["v2", "v3"])
+#: (config version, the shim's mode, its low-level runtime in the root)
+SETUPS = [(2, "legacy", "/usr/sbin/runc"), (3, "legacy", "/usr/sbin/runc"), (3, "jit-cdi", "/usr/bin/crun")]
+
+
+@pytest.fixture(scope="module", params=SETUPS, ids=[f"v{v}-{m}-{os.path.basename(r)}" for v, m, r in SETUPS])
 def containerd2(request, node, sim_node, busybox_image_tar, pause_image_tar, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"containerd2-v{request.param}")
-    config = node_config(tmp, sim_node, mode="legacy", runtime="/usr/sbin/runc")
-    with NvctContainerd(node, config_version=request.param,
+    version, mode, runtime = request.param
+    tmp = tmp_path_factory.mktemp(f"containerd2-v{version}-{mode}")
+    config = node_config(tmp, sim_node, mode=mode, runtime=runtime)
+    with NvctContainerd(node, config_version=version,
                         extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": config}) as daemon:
         for namespace in ("default", K8S_NAMESPACE):
             daemon.import_image(busybox_image_tar, namespace)

@@ -10,8 +10,10 @@ on the host.
 private mount namespace with fresh ``/proc``, the host's ``/sys``, ``/dev``
 and ``/tmp`` (so test directories and the simulated node keep their paths),
 a private ``/run`` (CDI specs in ``/var/run/cdi`` stay inside), and the
-checkout, read-only, at its own path. Each command enters it with
-``nsenter -m`` and ``chroot``. nvct runs there from the checkout, under the
+checkout, read-only, at its own path; the root is that namespace's own ``/``
+(pivot_root), so a hook that enters a container's mount namespace resolves
+paths there as the engine did. Each command enters it with ``nsenter -m``.
+A session holds the root's lock shared: a rebuild waits. nvct runs there from the checkout, under the
 root's own python3: a ``.pth`` file in the root's dist-packages names the
 checkout, and its programs are ``nvct/scripts/*`` of the checkout.
 """
@@ -22,6 +24,7 @@ import fcntl
 import glob
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -48,6 +51,7 @@ SCRIPTS = os.path.join(CHECKOUT, "nvct", "scripts")
 #: A built root is reused for this long; the suite moves on.
 MAX_AGE_S = 7 * 24 * 3600
 _PTH = "usr/lib/python3/dist-packages/nvct-checkout.pth"
+_DONE = ".nvct-noderoot"
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -95,7 +99,7 @@ def _deb822(text: str):
 
 def _one_line(text: str):
     for line in text.splitlines():
-        words = [w for w in line.split("#", 1)[0].split() if not w.startswith("[")]
+        words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()  # options: [arch=... signed-by=...]
         if len(words) >= 3 and words[0] == "deb":
             yield [words[1]], [words[2]]
 
@@ -112,18 +116,31 @@ def cached_node_root(suite: str = SUITE, packages: Sequence[str] = PACKAGES) -> 
     os.makedirs(base, exist_ok=True)
     root = os.path.join(base, f"{suite}-{key}")
     with open(root + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder; the others wait and reuse
-        done = os.path.join(root, ".nvct-noderoot")
-        if os.path.exists(done) and time.time() - os.stat(done).st_mtime < MAX_AGE_S:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        if _fresh(root):
+            return root
+        if os.path.exists(os.path.join(root, _DONE)):  # old: rebuilt unless a session uses it
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return root
+        else:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one builder; the others wait and reuse
+        if _fresh(root):
             return root
         shutil.rmtree(root, ignore_errors=True)
         building = root + ".building"
         shutil.rmtree(building, ignore_errors=True)
         build_node_root(building, suite=suite, packages=packages, mirror=mirror)
-        with open(os.path.join(building, ".nvct-noderoot"), "w") as f:
+        with open(os.path.join(building, _DONE), "w") as f:
             f.write(f"{suite} {' '.join(sorted(packages))} {mirror}\n")
         os.rename(building, root)
     return root
+
+
+def _fresh(root: str) -> bool:
+    done = os.path.join(root, _DONE)
+    return os.path.exists(done) and time.time() - os.stat(done).st_mtime < MAX_AGE_S
 
 
 def build_node_root(dest: str, *, suite: str, packages: Sequence[str], mirror: str) -> None:
@@ -158,6 +175,7 @@ class NodeRoot:
         self.root = root
         self.pid: int | None = None
         self._holder: subprocess.Popen | None = None
+        self._lock = None
 
     @property
     def prefix(self) -> list[str]:
@@ -172,10 +190,14 @@ class NodeRoot:
         return SCRIPTS
 
     def start(self) -> "NodeRoot":
+        self._lock = open(self.root + ".lock", "w")
+        fcntl.flock(self._lock, fcntl.LOCK_SH)  # no rebuild while the root is in use
         for d in ("proc", "sys", "dev", "tmp", "run", ".oldroot", CHECKOUT.lstrip("/")):
             os.makedirs(os.path.join(self.root, d), exist_ok=True)
-        with open(os.path.join(self.root, _PTH), "w") as f:
+        pth = os.path.join(self.root, _PTH)
+        with open(f"{pth}.{os.getpid()}", "w") as f:
             f.write(CHECKOUT + "\n")
+        os.replace(f"{pth}.{os.getpid()}", pth)
         r = self.root
         script = "\n".join([
             "set -e",
@@ -200,8 +222,9 @@ class NodeRoot:
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         line = self._holder.stdout.readline()
         if line.strip() != b"ready":
-            err = self._holder.stderr.read().decode(errors="replace") if self._holder.wait(10) is not None else ""
-            self._holder = None
+            self._holder.wait(10)
+            err = self._holder.stderr.read().decode(errors="replace")
+            self.stop()
             raise NodeRootError(f"could not set up the node root's namespace: {err.strip()}")
         self.pid = self._holder.pid
         return self
@@ -214,6 +237,9 @@ class NodeRoot:
             self._holder.stderr.close()
             self._holder = None
         self.pid = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def __enter__(self) -> "NodeRoot":
         return self.start()
