@@ -186,8 +186,10 @@ class ContainerdEngine(Engine):
         for name in self.low_level_runtimes():
             if isinstance(runtimes.get(name), dict):
                 return copy.deepcopy(runtimes[name])
-        self.notes.append(f"no {', '.join(self.low_level_runtimes())} runtime to copy options from: "
-                          f"using runtime_type {self.options.runtime_type!r}")
+        note = (f"no {', '.join(self.low_level_runtimes())} runtime to copy options from: "
+                f"using runtime_type {self.options.runtime_type!r}")
+        if note not in self.notes:  # once, not once per runtime added (nvidia, nvidia-cdi, nvidia-legacy)
+            self.notes.append(note)
         return {"runtime_type": self.options.runtime_type, "runtime_root": "", "runtime_engine": "",
                 "privileged_without_host_devices": False}
 

@@ -195,6 +195,17 @@ def test_three_runtimes_in_one_transaction_and_one_undo(tmp_path):
     assert config.read_text() == CONFIGS[2]
 
 
+def test_no_runc_to_copy_from_is_said_once_for_three_runtimes(tmp_path):
+    """The installer adds nvidia, nvidia-cdi and nvidia-legacy: one note, not one per runtime."""
+    config = tmp_path / "config.toml"
+    config.write_text("version = 2\n")
+    change = runtimes.configure("containerd", str(config), {
+        "nvidia": NVIDIA, "nvidia-cdi": NVIDIA + ".cdi", "nvidia-legacy": NVIDIA + ".legacy"}, drop_in=None,
+        dry_run=True)
+    assert [n for n in change.notes if "to copy options from" in n] == [
+        "no runc, crun runtime to copy options from: using runtime_type 'io.containerd.runc.v2'"]
+
+
 def test_options_come_from_the_default_runtime_before_runc(tmp_path):
     config = tmp_path / "config.toml"
     config.write_text(CONFIGS[2].replace('default_runtime_name = "runc"', 'default_runtime_name = "crun"') + '''
