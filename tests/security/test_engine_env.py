@@ -16,6 +16,7 @@ refusal comes only where it protects something, and names whose environment it w
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import shutil
 import subprocess
@@ -49,15 +50,24 @@ def planted(tmp_path_factory):
     lib = base / "evil.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-O", f'-DMARK="{mark}"', "-o", str(lib), str(base / "evil.c")],
                    check=True, capture_output=True)
-    for copy in ("lib/libz.so.1", "lib/libexpat.so.1", "gconv/EVIL.so", "locale/EVIL/LC_CTYPE"):
+    for copy in ("lib/libz.so.1", "lib/libexpat.so.1", "gconv/EVIL.so"):
         (base / copy).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(lib, base / copy)
     (base / "gconv/gconv-modules").write_text("module EVIL// INTERNAL EVIL 1\nmodule INTERNAL EVIL// EVIL 1\n")
+    # A locale whose charset is EVIL: an interpreter starting under it converts through gconv/EVIL.so.
+    with gzip.open("/usr/share/i18n/charmaps/ANSI_X3.4-1968.gz", "rt") as f:
+        charmap = [line for line in f if not line.startswith("% alias")]
+    (base / "EVIL.charmap").write_text("".join("<code_set_name> EVIL\n" if line.startswith("<code_set_name>")
+                                               else line for line in charmap))
+    (base / "locale").mkdir()
+    subprocess.run(["localedef", "-f", str(base / "EVIL.charmap"), "-i", "POSIX", str(base / "locale/evil")],
+                   capture_output=True, check=False)  # warns about categories POSIX lacks
+    assert (base / "locale/evil/LC_CTYPE").exists()
     for path in ("pymods/sitecustomize.py", "pymods/nvct/__init__.py", "pymods/encodings/__init__.py"):
         (base / path).parent.mkdir(parents=True, exist_ok=True)
         (base / path).write_text(EVIL_PY % {"mark": mark, "how": "path"})
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": f"{base}/pymods", "LD_LIBRARY_PATH": f"{base}/lib:lib",
-           "GCONV_PATH": f"{base}/gconv", "LOCPATH": f"{base}/locale", "NLSPATH": f"{base}/gconv/%N",
+           "GCONV_PATH": f"{base}/gconv", "LOCPATH": f"{base}/locale", "LC_ALL": "evil", "NLSPATH": f"{base}/gconv/%N",
            "TZDIR": f"{base}/gconv", "HOSTALIASES": f"{base}/gconv/gconv-modules"}
     return mark, env
 
@@ -148,8 +158,11 @@ def test_the_shim_under_a_hostile_engine_environment_hands_the_runtime_all_of_it
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_every_program_runs_in_a_cuda_users_shell(program, planted):
+    """And with glibc's variables alone (the old check never looked at them: a locale of charset
+    EVIL had the interpreter load gconv/EVIL.so), and with all of them."""
     mark, env = planted
-    for extra in ({"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}, env):
+    glibc = {name: env[name] for name in ("GCONV_PATH", "LOCPATH", "LC_ALL")}
+    for extra in ({"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}, glibc, env):
         result = subprocess.run([os.path.join(VENV_BIN, program), "--version"], capture_output=True, text=True,
                                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **extra}, timeout=60, check=False,
                                 cwd="/")
@@ -223,9 +236,10 @@ def _doctor(check, **options):
 def test_doctor_runs_the_docker_gpus_hook_with_dockerds_environment(tmp_path, planted, extra, status):
     from nvct.doctor import runtimes
 
-    # Not the planted libraries: the stand-in for dockerd is a Python, which would load them.
+    # Neither the planted libraries nor the locale that loads gconv/EVIL.so: the stand-in for
+    # dockerd is a Python, which would load them itself.
     env = {"PATH": f"{VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin", **planted[1],
-           "LD_LIBRARY_PATH": "/usr/local/cuda/lib64:lib", **extra}
+           "LD_LIBRARY_PATH": "/usr/local/cuda/lib64:lib", "LC_ALL": "C", **extra}
     with _fake_dockerd(env) as sock:
         gpus = _doctor(runtimes.check_docker_gpus, docker_socket=sock, docker_pidfile=str(tmp_path / "none"))
     assert gpus.status == status, gpus
