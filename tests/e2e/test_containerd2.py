@@ -172,3 +172,72 @@ def test_version_4_is_written_in_its_documented_layout(node, tmp_path):
             "runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True, "BinaryName": SHIM}}}}}
     refused = node.run(["containerd", "--config", str(tmp_path / "v4" / "config.toml"), "config", "dump"])
     assert not refused.ok and "version" in refused.stderr, refused.describe()  # 2.1 reads up to 3
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_unconfigure_leaves_containerd_2_as_before(node, tmp_path, version):
+    plugin = "io.containerd.grpc.v1.cri" if version == 2 else CRI_RUNTIME
+    config = tmp_path / "config.toml"
+    original = (f"version = {version}\n# the operator's\n[plugins.'{plugin}'.containerd.runtimes.runc.options]\n"
+                f"SystemdCgroup = true\n")
+    config.write_text(original)
+    before = dump(node, str(config))
+    configure(node, str(config), "--set-as-default", "--cdi.enabled")
+    configured = dump(node, str(config))["plugins"][CRI_RUNTIME]
+    assert configured["containerd"]["default_runtime_name"] == "nvidia"
+    assert configured["containerd"]["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
+    nvct(node, "runtime", "unconfigure", "--runtime", "containerd", "--config", str(config))
+    assert config.read_text() == original
+    assert sorted(os.listdir(tmp_path)) == ["config.toml"]
+    assert dump(node, str(config)) == before
+
+
+def test_a_new_config_is_written_in_the_version_containerd_2_reports(node, tmp_path):
+    config = tmp_path / "config.toml"  # none yet: containerd config dump gives its defaults, version 3
+    configure(node, str(config), "--config-source", "command")
+    assert config.read_text() == f'version = 3\nimports = ["{tmp_path}/conf.d/*.toml"]\n'
+    handlers = dump(node, str(config))["plugins"][CRI_RUNTIME]["containerd"]["runtimes"]
+    assert handlers["nvidia"]["options"]["BinaryName"] == SHIM
+
+
+class InstalledContainerd(NodeContainerd):
+    """The root's containerd (version 3 config) after the toolkit installer ran in the root."""
+
+    def __init__(self, node: NodeRoot, install: list, **kwargs):
+        super().__init__(node, config_version=3, **kwargs)
+        self.install = install
+
+    def config(self):
+        with open(self.config_file, "w") as f:
+            f.write(tomlkit.dumps(super().config()))
+        self.installed = self.node.nvct(*self.install, "--config", self.config_file, "--socket", self.socket,
+                                        env={"NVCT_STATE_DIR": os.environ["NVCT_STATE_DIR"]}, timeout=300)
+        assert self.installed.ok, self.installed.describe()
+        with open(self.config_file) as f:
+            return tomlkit.parse(f.read())
+
+
+def test_the_installer_configures_containerd_2_and_its_pods_get_their_gpu(node, sim_node, busybox_image_tar,
+                                                                           pause_image_tar, tmp_path):
+    from tests.toolkit.installer import node_flags
+
+    toolkit = tmp_path / "install" / "toolkit"
+    install = ["toolkit", "install", "--no-daemon", "--toolkit-install-dir", str(tmp_path / "install"),
+               "--pid-file", str(tmp_path / "run" / "toolkit.pid"), "--host-root", "/", "--runtime", "containerd",
+               "--restart-mode", "none", *node_flags(sim_node)]
+    with InstalledContainerd(node, install) as daemon:
+        drop_in = toml_loads(open(os.path.join(daemon.state_dir, "conf.d", "99-nvidia.toml")).read())
+        assert drop_in["version"] == 3
+        assert drop_in["plugins"][CRI_RUNTIME]["containerd"]["default_runtime_name"] == "nvidia"
+        handlers = dump(node, daemon.config_file)["plugins"][CRI_RUNTIME]["containerd"]["runtimes"]
+        assert handlers["nvidia"]["options"]["BinaryName"] == f"{toolkit}/nvidia-container-runtime"
+        assert handlers["nvidia-cdi"]["options"]["BinaryName"] == f"{toolkit}/nvidia-container-runtime.cdi"
+        assert handlers["runc"]["options"]["BinaryName"] == "/usr/sbin/runc"
+        for tar in (busybox_image_tar, pause_image_tar):
+            daemon.import_image(tar, K8S_NAMESPACE)
+        result = daemon.cri_run(BUSYBOX_IMAGE_QUALIFIED, ["sh", "-c", PROBE], runtime_handler="nvidia",
+                                env={"NVIDIA_VISIBLE_DEVICES": "0"})
+        assert result.rc == 0, result.describe() + daemon.log_tail() + daemon.installed.stdout
+        assert {line for line in result.stdout.splitlines() if line.startswith("/dev/")} == \
+            expected_nodes(sim_node, [0])
+        assert "ok libcuda.so.1" in result.stdout
