@@ -257,8 +257,14 @@ def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
     if not writable:
         return edits
     chain = next((i for i, h in enumerate(edits.hooks) if injection.chain_steps(h.args) is not None), None)
-    if chain is None:  # pragma: no cover - common edits always have the chain
-        raise NvctError("generated CDI spec: writable mounts but no nvct hook chain to make them")
+    if chain is None:  # every hook disabled: a spec mount would be mounted before the others
+        from nvct.log import logger
+
+        for m in writable:
+            logger.warning("%s left out: nvct mounts it by the createContainer hook, and every hook is "
+                           "disabled", m.container_path)
+        edits.mounts = [m for m in edits.mounts if not m.writable]
+        return edits
     hook = edits.hooks[chain]
     steps = injection.chain_steps(hook.args) or []
     prefix = list(hook.args[:len(hook.args) - len(steps)])

@@ -1,0 +1,366 @@
+"""``cdi generate``'s flags, variables and modes against the reference's documented behaviour.
+
+Each run is a fresh ``nvct cdi generate`` (the click-less path), and where it
+matters also ``--debug`` (click's path): both are built from one option table.
+The reference's precedence is flag > variable > config file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from nvct.cdi import spec as spec_mod
+from tests.e2e.conftest import VENV_BIN
+
+#: The reference's variables (urfave EnvVars of cmd/nvidia-ctk/cdi/generate).
+_G = "NVIDIA_CTK_CDI_GENERATE_"
+
+
+def _clean_env(node, extra=None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}
+    env["NVIDIA_CTK_CONFIG_FILE_PATH"] = node["config"]
+    env.update(extra or {})
+    return env
+
+
+def _generate(entry_points, node, *args, env=None, debug=False, program=None, ok=True):
+    argv = [program or entry_points["nvct"], *(["--debug"] if debug else []), "cdi", "generate",
+            "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook", *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_clean_env(node, env), timeout=60)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _spec(proc) -> dict:
+    return spec_mod.parse(proc.stdout, "<stdout>").raw
+
+
+def _steps(raw: dict) -> list[str]:
+    """The step names of the spec's hook chain (none: no hook)."""
+    hooks = raw.get("containerEdits", {}).get("hooks", [])
+    if not hooks:
+        return []
+    (hook,) = hooks
+    args = hook["args"][2:]  # nvidia-cdi-hook chain
+    names, start = [], True
+    for arg in args:
+        if start:
+            names.append(arg)
+        start = arg == "--"
+    return names
+
+
+def _names(raw: dict) -> set[str]:
+    return {d["name"] for d in raw["devices"]}
+
+
+def _mount_targets(raw: dict) -> set[str]:
+    return {m["containerPath"] for m in raw.get("containerEdits", {}).get("mounts", [])}
+
+
+# --- variables -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("debug", [False, True], ids=["fast", "click"])
+@pytest.mark.parametrize("var, value, check", [
+    (_G + "MODE", "management", lambda r, n: _names(r) == {"all"}),
+    (_G + "DEVICE_NAME_STRATEGIES", "type-index,uuid",
+     lambda r, n: {"gpu1", n["gpus"][1]["uuid"]} <= _names(r) and "1" not in _names(r)),
+    (_G + "DEVICE_IDS", "1", lambda r, n: _names(r) == {"1", n["gpus"][1]["uuid"], "all"}),
+    (_G + "NO_ALL_DEVICE", "true", lambda r, n: "all" not in _names(r)),
+    (_G + "NO_ALL_DEVICE", "0", lambda r, n: "all" in _names(r)),
+    (_G + "VENDOR", "example.com", lambda r, n: r["kind"] == "example.com/gpu"),
+    (_G + "CLASS", "accel", lambda r, n: r["kind"] == "nvidia.com/accel"),
+    (_G + "DISABLED_HOOKS", "all", lambda r, n: "hooks" not in r["containerEdits"]),
+    (_G + "DISABLED_HOOKS", "create-symlinks,update-ldcache",
+     lambda r, n: _steps(r) == ["enable-cuda-compat", "disable-device-node-modification", "bind-mount"]),
+    (_G + "FEATURE_FLAGS", "disable-ipc-discoverer",
+     lambda r, n: not {"/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"} & _mount_targets(r)
+     and "bind-mount" not in _steps(r)),
+    (_G + "LDCONFIG_PATH", "/sbin/ldconfig.real",
+     lambda r, n: "/sbin/ldconfig.real" in r["containerEdits"]["hooks"][0]["args"]),
+])
+def test_each_variable_is_read(entry_points, node, var, value, check, debug):
+    raw = _spec(_generate(entry_points, node, env={var: value}, debug=debug))
+    assert check(raw, node), raw["devices"][:2]
+
+
+def test_the_format_variable_and_its_deprecated_alias(entry_points, node):
+    proc = _generate(entry_points, node, env={_G + "OUTPUT_FORMAT": "json"})
+    assert proc.stdout.startswith("{") and "deprecated" not in proc.stderr
+    proc = _generate(entry_points, node, env={"NVIDIA_CTK_CDI_OUTPUT_FORMAT": "json"})
+    assert proc.stdout.startswith("{")
+    assert proc.stderr == ("nvct: warning: NVIDIA_CTK_CDI_OUTPUT_FORMAT is deprecated (NVIDIA's toolkit never "
+                           f"read it): set {_G}OUTPUT_FORMAT\n")
+    proc = _generate(entry_points, node, env={_G + "OUTPUT_FORMAT": "yaml", "NVIDIA_CTK_CDI_OUTPUT_FORMAT": "json"})
+    assert not proc.stdout.startswith("{") and proc.stderr == ""
+
+
+def test_hook_path_variable(entry_points, node):
+    raw = _spec(subprocess.run([entry_points["nvct"], "cdi", "generate"], capture_output=True, text=True,
+                               env=_clean_env(node, {"NVIDIA_CTK_CDI_HOOK_PATH": "/opt/t/nvidia-ctk"}), check=True))
+    (hook,) = raw["containerEdits"]["hooks"]
+    assert hook["path"] == "/opt/t/nvidia-ctk" and hook["args"][:3] == ["nvidia-ctk", "hook", "chain"]
+
+
+def test_roots_variables_beat_the_config_and_lose_to_flags(entry_points, node, tmp_path):
+    bogus = str(tmp_path / "nowhere")
+    proc = _generate(entry_points, node, env={"NVIDIA_CTK_DRIVER_ROOT": bogus}, ok=False)
+    assert proc.returncode == 1 and proc.stderr == (
+        f"nvct: nvidia-container-cli.root: the driver root {bogus} does not exist; set it to the directory the "
+        "driver is installed in\n")
+    root = node["roots"]["driver_root"]
+    raw = _spec(_generate(entry_points, node, "--driver-root", root, env={"NVIDIA_CTK_DRIVER_ROOT": bogus}))
+    assert "0" in _names(raw)
+    # The dev root follows the driver root the variable gave, as the reference's.
+    raw = _spec(_generate(entry_points, node, env={"NVIDIA_CTK_DRIVER_ROOT": root}))
+    assert raw["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"].startswith(root + "/dev/")
+    raw = _spec(_generate(entry_points, node, env={"NVIDIA_CTK_DEV_ROOT": bogus}))
+    assert raw["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"].startswith(bogus + "/dev/")
+
+
+def test_flags_beat_variables(entry_points, node):
+    raw = _spec(_generate(entry_points, node, "--mode", "nvml", "--vendor", "a.com", "--device-id", "0",
+                          env={_G + "MODE": "management", _G + "VENDOR": "b.com", _G + "DEVICE_IDS": "1"}))
+    assert raw["kind"] == "a.com/gpu" and "0" in _names(raw) and "1" not in _names(raw)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({_G + "NO_ALL_DEVICE": "maybe"}, f"nvct: {_G}NO_ALL_DEVICE: 'maybe' is not a boolean (true or false)\n"),
+    ({_G + "MODE": "bogus"}, f"nvct: {_G}MODE: invalid value 'bogus' (one of auto, nvml, management, gds, "
+                             "mofed, gdrcopy, nvswitch, imex, csv, wsl)\n"),
+    ({_G + "MODE": "csv"}, "nvct: CDI generate mode 'csv' (Tegra's CSV mount lists) is not supported by nvct\n"),
+    ({_G + "ENABLED_HOOKS": "all"}, "nvct: --enable-hook all: enabling all hooks is not supported\n"),
+])
+def test_bad_variables_are_one_line(entry_points, node, env, message):
+    proc = _generate(entry_points, node, env=env, ok=False)
+    assert proc.returncode == 1 and proc.stderr == message and proc.stdout == ""
+
+
+@pytest.mark.parametrize("var, flag", [
+    (_G + "LIBRARY_SEARCH_PATHS", "--library-search-path ignored"),
+    (_G + "CONFIG_SEARCH_PATHS", "--config-search-path ignored"),
+    (_G + "CSV_FILES", "--csv.file ignored: nvct has no csv (Tegra) mode"),
+    (_G + "CSV_IGNORE_PATTERNS", "--csv.ignore-pattern ignored"),
+    (_G + "CSV_CONTAINER_COMPAT_ROOT", "--csv.compat-container-root ignored"),
+])
+def test_options_nvct_does_not_use_are_warned_about(entry_points, node, var, flag):
+    proc = _generate(entry_points, node, env={var: "/x"})
+    assert proc.stderr.startswith(f"nvct: warning: {flag}") and len(proc.stderr.splitlines()) == 1
+
+
+# --- flags -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, steps", [
+    ((), ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification",
+          "bind-mount"]),
+    (("--disable-hook", "enable-cuda-compat"),
+     ["create-symlinks", "update-ldcache", "disable-device-node-modification", "bind-mount"]),
+    (("--disable-hooks", "all", "--enable-hook", "update-ldcache"), ["update-ldcache", "bind-mount"]),
+    (("--disable-hook", "update-ldcache", "--enable-hooks", "update-ldcache,chmod"),
+     ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification", "bind-mount"]),
+    (("--mode", "management"), ["create-symlinks", "enable-cuda-compat", "update-ldcache", "bind-mount"]),
+    (("--mode", "management", "--enable-hook", "disable-device-node-modification"),
+     ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification",
+      "bind-mount"]),
+])
+def test_hook_selection(entry_points, node, args, steps):
+    proc = _generate(entry_points, node, *args)
+    assert _steps(_spec(proc)) == steps
+    assert proc.stderr == ""
+    assert _steps(_spec(_generate(entry_points, node, *args, debug=True))) == steps
+
+
+def test_all_hooks_off_leaves_the_mps_mount_out_with_a_warning(entry_points, node):
+    proc = _generate(entry_points, node, "--disable-hooks", "all")
+    raw = _spec(proc)
+    assert "/tmp/nvidia-mps" not in _mount_targets(raw) and "hooks" not in raw["containerEdits"]
+    assert "/tmp/nvidia-mps left out" in proc.stderr
+
+
+def test_unknown_hooks_and_feature_flags_are_warned_about(entry_points, node):
+    proc = _generate(entry_points, node, "--disable-hook", "no-such-hook", "--feature-flag", "no-such-flag",
+                     "--feature-flags", "enable-coherent-annotations,disable-nvsandboxutils")
+    assert proc.stderr.splitlines() == [
+        "nvct: warning: --feature-flag enable-coherent-annotations ignored: nvct does not read GPU coherence; "
+        "no .coherent/.noncoherent specs are written",
+        "nvct: warning: --feature-flag no-such-flag ignored: not a feature flag nvct or the reference knows",
+        "nvct: warning: --disable-hook no-such-hook ignored: not a hook name (one of create-symlinks, "
+        "enable-cuda-compat, update-ldcache, disable-device-node-modification, chmod, "
+        "update-application-profile, or all)",
+    ]
+    assert _steps(_spec(proc))[0] == "create-symlinks"
+
+
+def test_ldconfig_path_and_nvidia_ctk_path_flags(entry_points, node):
+    raw = _spec(_generate(entry_points, node, "--ldconfig-path", "/sbin/ldconfig.real",
+                          "--nvidia-ctk-path", "/opt/x/nvidia-ctk"))
+    (hook,) = raw["containerEdits"]["hooks"]
+    assert hook["path"] == "/opt/x/nvidia-ctk" and hook["args"][:3] == ["nvidia-ctk", "hook", "chain"]
+    update = hook["args"][hook["args"].index("update-ldcache"):]
+    assert update[update.index("--ldconfig-path") + 1] == "/sbin/ldconfig.real"
+
+
+def test_a_bare_hook_program_name_is_found_on_path(entry_points, node):
+    proc = _generate(entry_points, node, "--nvidia-cdi-hook-path", "nvidia-cdi-hook",
+                     env={"PATH": VENV_BIN + ":/usr/bin:/bin"})
+    (hook,) = _spec(proc)["containerEdits"]["hooks"]
+    assert hook["path"] == os.path.join(VENV_BIN, "nvidia-cdi-hook")
+
+
+def test_explicit_driver_libraries(entry_points, gated_node):
+    plain = _spec(_generate(entry_points, gated_node))
+    flagged = _spec(_generate(entry_points, gated_node, "--feature-flag", "enable-explicit-driver-libraries"))
+    assert _mount_targets(flagged) - _mount_targets(plain) == {"/usr/lib/x86_64-linux-gnu/libEGL.so.1.1.0"}
+    args = flagged["containerEdits"]["hooks"][0]["args"]
+    assert "libEGL.so.1.1.0::/usr/lib/x86_64-linux-gnu/libEGL.so.1" in args
+    assert "/usr/lib/x86_64-linux-gnu/libEGL.so.1" in args  # entered into the container's ld cache
+
+
+# --- modes -----------------------------------------------------------------------------------
+
+_EXTRA_NODES = (("dev/nvidia-fs0", 246, 0), ("dev/nvidia-fs1", 246, 1), ("dev/infiniband/uverbs0", 231, 192),
+                ("dev/infiniband/rdma_cm", 10, 58), ("dev/gdrdrv", 239, 0))
+
+
+@pytest.fixture(scope="module")
+def gated_node(tmp_path_factory):
+    """A node of its own with two NVSwitches, GDS, MOFED and GDRCopy nodes, /etc/cufile.json, /run/udev,
+    and a render node of group 44 (video) mode 0660."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mknod)")
+    import json
+
+    from nvct.simulate.node import build_node
+    from nvct.simulate.topology import DEFAULT_TOPOLOGY
+
+    with open(DEFAULT_TOPOLOGY) as f:
+        topology = json.load(f)
+    topology["nvswitches"] = 2
+    node = build_node(tmp_path_factory.mktemp("gated") / "node", topology=topology)
+    root = node["roots"]["dev_root"]
+    for path, major, minor in _EXTRA_NODES:
+        os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+        os.mknod(os.path.join(root, path), 0o020666, os.makedev(major, minor))
+        os.chmod(os.path.join(root, path), 0o666)
+    driver_root = node["roots"]["driver_root"]
+    with open(os.path.join(driver_root, "etc/cufile.json"), "w") as f:
+        f.write('{"logging": {"level": "ERROR"}}\n')
+    os.makedirs(os.path.join(driver_root, "run/udev/data"), exist_ok=True)
+    os.chown(os.path.join(root, "dev/dri/renderD128"), 0, 44)
+    _add_library(driver_root, "libEGL.so.1", "libEGL.so.1.1.0", tmp_path_factory.mktemp("egl"))
+    return node
+
+
+def _add_library(root: str, soname: str, name: str, scratch) -> None:
+    """A glvnd library the driver does not own, for the explicit-libraries flag; the cache rebuilt."""
+    from nvct.simulate import ldcache
+
+    libdir = os.path.join(root, "usr/lib/x86_64-linux-gnu")
+    src = scratch / "lib.c"
+    src.write_text("int egl_probe(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", os.path.join(libdir, name),
+                    str(src)], check=True)
+    os.symlink(name, os.path.join(libdir, soname))
+    ldcache.generate(root)
+
+
+def _device_paths(raw: dict, name: str = "all") -> set[str]:
+    (device,) = [d for d in raw["devices"] if d["name"] == name]
+    return {n["path"] for n in device["containerEdits"].get("deviceNodes", [])}
+
+
+@pytest.mark.parametrize("mode, nodes, mounts", [
+    ("gds", {"/dev/nvidia-fs0", "/dev/nvidia-fs1"}, {"/etc/cufile.json", "/run/udev"}),
+    ("mofed", {"/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"}, set()),
+    ("gdrcopy", {"/dev/gdrdrv"}, set()),
+    ("nvswitch", {"/dev/nvidia-nvswitchctl", "/dev/nvidia-nvswitch0", "/dev/nvidia-nvswitch1"}, set()),
+])
+def test_subsystem_modes_give_one_all_device(entry_points, gated_node, mode, nodes, mounts):
+    raw = _spec(_generate(entry_points, gated_node, "--mode", mode))
+    assert raw["kind"] == "nvidia.com/gpu" and _names(raw) == {"all"}
+    assert _device_paths(raw) == nodes
+    (device,) = raw["devices"]
+    assert {m["containerPath"] for m in device["containerEdits"].get("mounts", [])} == mounts
+    assert not raw.get("containerEdits")  # no hooks, no env of its own, as the reference's
+    spec_mod.validate(raw)
+
+
+@pytest.mark.parametrize("mode", ["gds", "mofed", "gdrcopy", "nvswitch"])
+def test_a_subsystem_mode_without_its_nodes_is_one_line(entry_points, node, mode):
+    proc = _generate(entry_points, node, "--mode", mode, ok=False)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"nvct: --mode {mode}: no device nodes ")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, names", [
+    ((), {"0", "1", "all"}),
+    (("--device-id", "channel1"), {"1", "all"}),
+    (("--device-id", "0", "--no-all-device"), {"0"}),
+])
+def test_imex_mode_gives_a_device_per_channel(entry_points, gated_node, args, names):
+    raw = _spec(_generate(entry_points, gated_node, "--mode", "imex", "--class", "imex-channel", *args))
+    assert raw["kind"] == "nvidia.com/imex-channel" and _names(raw) == names
+    for name in names - {"all"}:
+        assert _device_paths(raw, name) == {f"/dev/nvidia-caps-imex-channels/channel{name}"}
+
+
+@pytest.mark.parametrize("ident, message", [
+    ("7", "IMEX channel 7 not found at "),
+    ("1048576", "--device-id '1048576': not an IMEX channel (0 to 1048575, channelN, or all)"),
+    ("x", "--device-id 'x': not an IMEX channel"),
+])
+def test_imex_mode_refuses_a_bad_channel(entry_points, gated_node, ident, message):
+    proc = _generate(entry_points, gated_node, "--mode", "imex", "--device-id", ident, ok=False)
+    assert proc.returncode == 1 and message in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_a_node_a_group_can_open_gives_its_gid_unless_the_flag_says_not(entry_points, gated_node):
+    raw = _spec(_generate(entry_points, gated_node, "--device-id", "0"))
+    (dev0,) = [d for d in raw["devices"] if d["name"] == "0"]
+    assert dev0["containerEdits"]["additionalGids"] == [44]
+    assert "additionalGids" not in raw["containerEdits"]  # control nodes are 0666
+    raw = _spec(_generate(entry_points, gated_node, "--device-id", "0",
+                          "--feature-flag", "no-additional-gids-for-device-nodes"))
+    assert all("additionalGids" not in d["containerEdits"] for d in raw["devices"])
+
+
+# --- the reference's users ----------------------------------------------------------------------
+
+def test_k8s_mig_managers_management_spec_pipeline(entry_points, node, tmp_path):
+    """mig-parted's reconfigure-mig.sh (GPU Operator's MIG manager) with CDI enabled, verbatim but for roots."""
+    ctk = os.path.join(VENV_BIN, "nvidia-ctk")
+    root = node["roots"]["driver_root"]
+    out = tmp_path / "management.nvidia.com-gpu.yaml"
+    script = (
+        f'{ctk} cdi generate --mode=management --driver-root="$R" --dev-root="$R" '
+        f'--vendor="management.nvidia.com" --class="gpu" --nvidia-cdi-hook-path="$HOOK" | '
+        f'{ctk} cdi transform root --from="$R" --to=/run/nvidia/driver --input="-" | '
+        f'{ctk} cdi transform root --from="$R" --to=/ --input="-" --output="$OUT"')
+    proc = subprocess.run(["sh", "-ec", script], capture_output=True, text=True, timeout=60,
+                          env=_clean_env(node, {"R": root, "OUT": str(out),
+                                                "HOOK": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}))
+    assert proc.returncode == 0, proc.stderr
+    raw = spec_mod.read(str(out)).raw
+    assert raw["kind"] == "management.nvidia.com/gpu" and _names(raw) == {"all"}
+    paths = {n["path"] for n in raw["devices"][0]["containerEdits"]["deviceNodes"]}
+    assert {"/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1"} <= paths
+    (hook,) = raw["containerEdits"]["hooks"]
+    assert hook["path"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+    assert "disable-device-node-modification" not in hook["args"]  # as the reference's management mode
+
+
+def test_the_management_mode_variable_as_mig_parted_sets_it(entry_points, node):
+    """``NVIDIA_CTK_CDI_GENERATE_MODE=management`` with the GPU Operator's kind and hook, as variables."""
+    env = {_G + "MODE": "management", _G + "VENDOR": "management.nvidia.com",
+           "NVIDIA_CTK_CDI_HOOK_PATH": "/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+           "NVIDIA_CTK_DRIVER_ROOT": node["roots"]["driver_root"]}
+    proc = subprocess.run([os.path.join(VENV_BIN, "nvidia-ctk"), "cdi", "generate"], capture_output=True,
+                          text=True, env=_clean_env(node, env), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    raw = _spec(proc)
+    assert raw["kind"] == "management.nvidia.com/gpu" and _names(raw) == {"all"}
+    assert raw["containerEdits"]["hooks"][0]["path"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
