@@ -44,6 +44,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "ngx": ("libnvidia-ngx.so",),
 }
 _LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
+_ARCH_WITNESSES = ("libcuda.so.1", "libnvidia-ml.so.1")
 
 
 BINARIES: dict[str, tuple[str, ...]] = {
@@ -107,8 +108,23 @@ def library_sets(capabilities) -> set[str]:
     return {s for cap in capabilities for s in LIBRARY_SETS.get(cap, ())}
 
 
-#: Where libvdpau looks for its drivers (modules outside the ld cache).
-VDPAU_DIRS = ("/usr/lib/x86_64-linux-gnu/vdpau", "/usr/lib64/vdpau", "/usr/lib/vdpau")
+#: Debian's multiarch folder of each architecture (as the ld cache names it) NVIDIA ships a driver for.
+MULTIARCH = {"x86_64": "x86_64-linux-gnu", "i386": "i386-linux-gnu", "aarch64": "aarch64-linux-gnu",
+             "ppc64": "powerpc64le-linux-gnu"}
+#: The 32-bit libraries a driver of each architecture also ships (``compat32``): none on arm64.
+COMPAT32 = {"x86_64": "i386"}
+_COMPAT32_ARCHES = frozenset(COMPAT32.values())
+#: ``uname -m`` -> the ld cache's name for that architecture.
+_UNAME_ARCH = {"ppc64le": "ppc64", "arm64": "aarch64"}
+
+
+def vdpau_dirs(arch: str) -> tuple[str, ...]:
+    """Where libvdpau looks for its drivers (modules outside the ld cache) on an ``arch`` node."""
+    return (f"/usr/lib/{MULTIARCH.get(arch, arch + '-linux-gnu')}/vdpau", "/usr/lib64/vdpau", "/usr/lib/vdpau")
+
+
+#: Every architecture's VDPAU folders (a library there is a VDPAU module, whatever the node).
+VDPAU_DIRS = tuple(dict.fromkeys(d for arch in MULTIARCH for d in vdpau_dirs(arch)))
 
 _TLS = "libnvidia-tls.so"
 _TLS_ABI = (2, 3, 99)
@@ -137,6 +153,11 @@ class Library(Record):
     soname: str
     capability: str
     arch: str
+
+    @property
+    def compat32(self) -> bool:
+        """A 32-bit library of a 64-bit node (i386 on x86-64)."""
+        return self.arch in _COMPAT32_ARCHES
 
 
 class MigDevice(Record):
@@ -346,15 +367,42 @@ class Driver:
         return entries
 
     @_cached
+    def arch(self) -> str:
+        """The node's architecture, as its ld cache names it (``x86_64``, ``aarch64``).
+
+        Read from the node, never from this process: the ABI of the 64-bit
+        libcuda and libnvidia-ml the driver root's cache lists (a driver root
+        may be another machine's files, as a simulated node's). A cache with
+        none of them, or with several ABIs, falls back to this machine's.
+        """
+        found = {e.arch for e in self._cache_entries if e.key in _ARCH_WITNESSES} - _COMPAT32_ARCHES
+        if len(found) == 1:
+            arch = found.pop()
+            logger.debug("node architecture %s (the ld cache's libcuda.so.1, libnvidia-ml.so.1)", arch)
+            return arch
+        machine = os.uname().machine
+        arch = _UNAME_ARCH.get(machine, machine)
+        logger.debug("node architecture %s (this machine's; the ld cache's driver libraries: %s)", arch,
+                     ", ".join(sorted(found)) or "none")
+        return arch
+
+    @property
+    def arches(self) -> tuple[str, ...]:
+        """The node's architecture and its compat32 one, if any."""
+        compat = COMPAT32.get(self.arch)
+        return (self.arch, compat) if compat else (self.arch,)
+
+    @_cached
     def all_libraries(self) -> tuple[Library, ...]:
-        """Every driver library the ld cache lists, for every capability and arch."""
+        """Every driver library the ld cache lists, for every capability and the node's arches."""
         version = self.version
+        arches = self.arches
         seen: set[str] = set()
         out = []
         for entry in self._cache_entries:
             base = entry.key.split(".so", 1)[0] + ".so"
             capability = _LIBRARY_CAPABILITY.get(base)
-            if capability is None or entry.arch not in ("x86_64", "i386"):
+            if capability is None or entry.arch not in arches:
                 continue
             real = resolve_in_root(self.driver_root, entry.value)
             if real is None or real in seen or not real.endswith("." + version):
@@ -365,14 +413,14 @@ class Driver:
                 continue
             seen.add(real)
             out.append(Library(real, entry.key, capability, entry.arch))
-        out.sort(key=lambda lib: (lib.arch != "x86_64", lib.path))
+        out.sort(key=lambda lib: (lib.arch != self.arch, lib.path))
         return tuple(out)
 
     def libraries(self, sets, *, compat32: bool = False) -> list[Library]:
         """The libraries of the library ``sets`` (see :func:`library_sets`), each file once."""
         wanted = set(sets)
         out = [lib for lib in self.all_libraries
-               if lib.capability in wanted and (lib.arch == "x86_64" or compat32)
+               if lib.capability in wanted and (lib.arch == self.arch or compat32)
                and (not lib.soname.startswith(_TLS) or self._tls_abi_ok(lib))]
         paths = {lib.path for lib in out}
         for lib in self.extra_libraries:
@@ -383,14 +431,14 @@ class Driver:
 
     @_cached
     def extra_libraries(self) -> tuple[Library, ...]:
-        """:data:`EXTRA_LIBRARIES` found through the ld cache (64-bit, as the reference's)."""
+        """:data:`EXTRA_LIBRARIES` found through the ld cache (the node's arch only, as the reference's)."""
         by_name = {name: cap for cap, names in EXTRA_LIBRARIES.items() for name in names}
         out: list[Library] = []
         seen: set[str] = set()
         for entry in self._cache_entries:
             base = entry.key.split(".so", 1)[0] + ".so"
             capability = by_name.get(base)
-            if capability is None or entry.arch != "x86_64":
+            if capability is None or entry.arch != self.arch:
                 continue
             real = resolve_in_root(self.driver_root, entry.value)
             if real is None or real in seen or not (base in OWN_VERSION_LIBRARIES or real.endswith("." + self.version)):
@@ -461,7 +509,7 @@ class Driver:
 
     def xorg_files(self) -> list[str]:
         """:data:`XORG_FILES`, each from the first directory that has it (paths under the driver root)."""
-        cuda = [lib for lib in self.all_libraries if lib.soname == "libcuda.so.1" and lib.arch == "x86_64"]
+        cuda = [lib for lib in self.all_libraries if lib.soname == "libcuda.so.1" and lib.arch == self.arch]
         libdir = os.path.dirname(cuda[0].path) if cuda else None
         dirs = [f"{libdir}/nvidia/xorg"] + [f"{libdir}/xorg/{sub}" for sub in _XORG_SUBDIRS] if libdir else []
         dirs += [f"{root}/{sub}" for root in _XORG_ROOTS for sub in _XORG_SUBDIRS]
@@ -480,17 +528,17 @@ class Driver:
         libvdpau opens it as ``vdpau/libvdpau_nvidia.so.1``, the SONAME every driver gives it.
         """
         out = []
-        for d in VDPAU_DIRS:
+        for d in vdpau_dirs(self.arch):
             path = f"{d}/libvdpau_nvidia.so.{self.version}"
             if os.path.isfile(self.host_path(path)):
-                out.append(Library(path, "libvdpau_nvidia.so.1", "video", "x86_64"))
+                out.append(Library(path, "libvdpau_nvidia.so.1", "video", self.arch))
         return out
 
     # --- NVML, only for what procfs cannot tell ---
     def nvml(self):
         from nvct import nvml
 
-        path = nvml.find_library(self.driver_root, self._cache_entries)
+        path = nvml.find_library(self.driver_root, self._cache_entries, self.arch)
         if path is None:
             raise DriverError(f"{self.driver_root}: libnvidia-ml.so.1 not found")
         logger.debug("loading NVML from %s", path)

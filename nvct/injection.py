@@ -46,7 +46,7 @@ def _library_links(lib: Library, name: str) -> list[tuple[str, str]]:
     links = []
     if lib.soname != name:
         links.append((name, lib.soname))
-    if lib.arch != "x86_64":
+    if lib.compat32:
         return links
     stem = lib.soname.split(".so", 1)[0] + ".so"
     if os.path.dirname(lib.path) in VDPAU_DIRS:  # a VDPAU module, opened by its SONAME only
@@ -187,7 +187,7 @@ def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None 
         links.extend(f"{target}::{folder}/{link}" for target, link in pairs)
         entries.extend(f"{folder}/{n}" for n in [lib.soname, *(link for _, link in pairs if link.endswith(".so"))]
                        if f"{folder}/{n}" not in entries)
-        if lib.soname == _GBM_BACKEND[0] and lib.arch == "x86_64" and "graphics" in sets:
+        if lib.soname == _GBM_BACKEND[0] and not lib.compat32 and "graphics" in sets:
             links.append(f"../{lib.soname}::{folder}/{_GBM_BACKEND[1]}")
     for path in xorg:  # the X server loads the GLX module by its unversioned name
         folder, name = os.path.split(path)

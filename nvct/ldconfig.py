@@ -58,7 +58,7 @@ _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
 _SETUP_FAILED = 126  # the child's exit status when it failed before exec
 _PT_INTERP = 3
-_ET_DYN, _EM_386, _EM_X86_64 = 3, 3, 62
+_ET_DYN, _EM_386 = 3, 3
 _SIGKILL = 9
 _OUTPUT_LIMIT = 64 * 1024
 
@@ -263,8 +263,8 @@ def patched_cache(root: Rootfs, libraries: Sequence[str],
     one glibc >= 2.32 wrote and :func:`nvct.ldcache.add` can patch exactly
     (the loader's own search finding every new entry afterwards, and every
     old one as before); anything else (no cache, the old format, a cache
-    glibc may read otherwise once patched, a path that is not an x86-64 or
-    i386 ELF library) is left to ldconfig, which writes the whole cache
+    glibc may read otherwise once patched, a path that is not an x86-64,
+    aarch64 or i386 ELF library) is left to ldconfig, which writes the whole cache
     afresh; a debug line says why. Reads only through the root, runs nothing.
     Skipping ldconfig also skips its rescan of the image's folders: entries
     the image's cache lacks stay missing, as they were before the start.
@@ -305,7 +305,9 @@ def _open_host_file(path: str | None) -> int:
         return -1
 
 
-_FLAGS_X86_64 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64: what ldconfig gives every x86-64 library
+#: e_machine of a little-endian 64-bit library -> the flags its architecture's ldconfig gives every one:
+#: FLAG_ELF_LIBC6 | FLAG_X8664_LIB64 (x86-64: "libc6,x86-64"), | FLAG_AARCH64_LIB64 (arm64: "libc6,AArch64").
+_FLAGS_64 = {62: 0x0303, 183: 0x0A03}
 _FLAGS_LIBC6 = 0x0003  # FLAG_ELF_LIBC6: an i386 library that needs libc.so.6
 _PT_LOAD, _PT_DYNAMIC, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ = 1, 2, 1, 5, 10
 
@@ -313,17 +315,18 @@ _PT_LOAD, _PT_DYNAMIC, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ = 1, 2, 1, 5, 10
 def _library_entry(fd: int, path: str):
     """The cache entry ldconfig (glibc >= 2.33: no OS version) makes for the library open on ``fd``.
 
-    x86-64 libraries always get the same flags; an i386 one gets libc6's when
-    it needs ``libc.so.6`` (every driver library does). Anything else: None.
+    x86-64 and aarch64 libraries always get their architecture's flags; an
+    i386 one gets libc6's when it needs ``libc.so.6`` (every driver library
+    does). Anything else: None.
     Closes ``fd``.
     """
     from nvct import ldcache
 
     try:
         head = os.pread(fd, 64, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-        if len(head) == 64 and head[:6] == b"\x7fELF\x02\x01" \
-                and struct.unpack_from("<HH", head, 16) == (_ET_DYN, _EM_X86_64):
-            flags = _FLAGS_X86_64
+        if len(head) == 64 and head[:6] == b"\x7fELF\x02\x01" and struct.unpack_from("<H", head, 16)[0] == _ET_DYN \
+                and struct.unpack_from("<H", head, 18)[0] in _FLAGS_64:
+            flags = _FLAGS_64[struct.unpack_from("<H", head, 18)[0]]
         elif len(head) >= 52 and head[:6] == b"\x7fELF\x01\x01" \
                 and struct.unpack_from("<HH", head, 16) == (_ET_DYN, _EM_386) and b"libc.so.6" in _needed32(fd, head):
             flags = _FLAGS_LIBC6

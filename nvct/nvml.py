@@ -39,7 +39,7 @@ class Nvml:
         try:
             self._lib = ctypes.CDLL(library_path)
         except OSError as e:
-            raise DriverError(f"{library_path}: cannot load NVML: {e}") from None
+            raise DriverError(f"{library_path}: cannot load NVML: {_foreign(library_path) or e}") from None
         self._path = library_path
         self._call("nvmlInit_v2")
 
@@ -146,14 +146,36 @@ class Nvml:
             raise DriverError(f"NVML {name} failed: {err(rc).decode(errors='replace')} (code {rc})")
 
 
-def find_library(driver_root: str, ldcache_entries=None) -> str | None:
-    """libnvidia-ml.so.1 under the driver root: through the ld cache, else the usual dirs."""
+def _foreign(path: str) -> str | None:
+    """Why a library of another machine's architecture cannot load here (a driver root of such a node)."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    machine = struct.unpack_from("<H" if head[5] == 1 else ">H", head, 18)[0]
+    ours = {"x86_64": 62, "aarch64": 183, "ppc64le": 21}.get(os.uname().machine)
+    if ours is None or machine == ours:
+        return None
+    names = {62: "x86-64", 183: "aarch64", 21: "ppc64", 3: "i386"}
+    return (f"an {names.get(machine, f'e_machine {machine}')} library, and this machine is {os.uname().machine}: "
+            "NVML answers only where the driver's architecture is the machine's")
+
+
+def find_library(driver_root: str, ldcache_entries, arch: str) -> str | None:
+    """The node's (``arch``) libnvidia-ml.so.1 under the driver root: through the ld cache, else the usual dirs."""
+    from nvct.driver import MULTIARCH
+
     for entry in ldcache_entries or ():
-        if entry.key == "libnvidia-ml.so.1" and entry.arch == "x86_64":
+        if entry.key == "libnvidia-ml.so.1" and entry.arch == arch:
             path = os.path.join(driver_root, entry.value.lstrip("/"))
             if os.path.exists(path):
                 return path
-    for d in ("usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib", "lib64"):
+    for d in (f"usr/lib/{MULTIARCH.get(arch, arch + '-linux-gnu')}", "usr/lib64", "usr/lib", "lib64"):
         path = os.path.join(driver_root, d, "libnvidia-ml.so.1")
         if os.path.exists(path):
             return path

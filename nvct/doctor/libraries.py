@@ -12,7 +12,7 @@ import re
 
 from nvct.doctor.model import LIB_DIRS as _LIB_DIRS
 from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.driver import LIBRARIES, resolve_in_root
+from nvct.driver import _COMPAT32_ARCHES, LIBRARIES, resolve_in_root
 
 _LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
 _VERSION_RE = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
@@ -34,7 +34,7 @@ class _Lib:
         self.link = entry.value
         self.arch = entry.arch
         self.real = real
-        self.capability = "compat32" if entry.arch == "i386" else capability
+        self.capability = "compat32" if entry.arch in _COMPAT32_ARCHES else capability
         match = _VERSION_RE.search(real or "")
         self.version = match.group(1) if match else None
 
@@ -47,7 +47,7 @@ def _resolve_all(ctx: Context) -> list[_Lib]:
     out = []
     for entry in ctx.ldcache:
         capability = _LIBRARY_CAPABILITY.get(entry.key.split(".so", 1)[0] + ".so")
-        if capability is None or entry.arch not in ("x86_64", "i386"):
+        if capability is None or entry.arch not in ctx.driver.arches:
             continue
         out.append(_Lib(entry, resolve_in_root(ctx.driver.driver_root, entry.value), capability))
     return out
@@ -157,7 +157,7 @@ def check_required(ctx: Context):
         return
     cache = ctx.driver.ldcache_path
     for soname, (id, capability, symptom) in REQUIRED.items():
-        entries = [lib for lib in _scan(ctx) if lib.arch == "x86_64" and lib.key == soname]
+        entries = [lib for lib in _scan(ctx) if lib.arch == ctx.driver.arch and lib.key == soname]
         if any(lib.real for lib in entries):
             yield ok(id, f"{soname} is in {cache}")
             continue
@@ -208,7 +208,7 @@ def _some(items, shown: int = 4) -> str:
 
 def _on_disk(ctx: Context, soname: str) -> str | None:
     base = soname.split(".so", 1)[0]
-    for directory in _LIB_DIRS[:5]:
+    for directory in _LIB_DIRS[:_LIB_DIRS.index("/usr/lib") + 1]:  # the 64-bit ones
         path = f"{directory}/{base}.so.{ctx.version}"
         if os.path.isfile(ctx.driver.host_path(path)):
             return path

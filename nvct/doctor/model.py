@@ -19,8 +19,9 @@ OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
 STATUSES = (OK, INFO, WARN, FAIL)
 
 #: Where a driver install puts its libraries (64-bit first), relative to its root.
-LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib/x86_64-linux-gnu", "/lib64", "/usr/lib",
-            "/usr/lib/i386-linux-gnu", "/usr/lib32", "/lib/i386-linux-gnu")
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/lib/x86_64-linux-gnu",
+            "/lib/aarch64-linux-gnu", "/lib64", "/usr/lib", "/usr/lib/i386-linux-gnu", "/usr/lib32",
+            "/lib/i386-linux-gnu")
 
 #: Where else a node's driver may be installed: a driver container's root (GPU Operator), the host's.
 OTHER_DRIVER_ROOTS = ("/run/nvidia/driver", "/")
