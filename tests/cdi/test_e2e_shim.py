@@ -59,3 +59,40 @@ def test_shim_reports_an_undefined_device_in_the_runtime_log(shim, rootfs, tmp_p
     assert not result.ok
     assert "unresolvable CDI device nvidia.com/gpu=9; looked in" in result.stderr
     assert "unresolvable CDI device nvidia.com/gpu=9" in result.log
+
+
+def _jit_config(tmp_path, node, runtime: str, jit: str) -> str:
+    with open(node["config"]) as f:
+        text = f.read()
+    path = tmp_path / "config.toml"
+    path.write_text(text + (
+        "\n[nvidia-container-runtime]\n"
+        'mode = "jit-cdi"\n'
+        f'runtimes = ["{runtime}"]\n'
+        "\n[nvidia-container-runtime.modes.jit-cdi]\n" + jit))
+    return str(path)
+
+
+#: Inside: the SONAME link create-symlinks makes, and the MPS pipe dir the IPC discovery mounts.
+_JIT_CHECK = ("ls /usr/lib/x86_64-linux-gnu/ | grep -c '^libcuda.so.1$'; "
+              "grep -c ' /tmp/nvidia-mps ' /proc/self/mountinfo; "
+              "ls /dev/nvidia0 /dev/nvidiactl")
+
+
+@pytest.mark.parametrize("jit, links, mps", [
+    ("", "1", "1"),
+    ('nvcdi-disable-hooks = ["all"]\n', "0", "1"),
+    ('nvcdi-disable-hooks = ["update-ldcache", "enable-cuda-compat"]\n', "1", "1"),
+    ('nvcdi-feature-flags = ["disable-ipc-discoverer"]\n', "1", "0"),
+    ('nvcdi-feature-flags = ["disable-ipc-discoverer", "no-such-flag"]\nnvcdi-disable-hooks = ["all"]\n', "0", "0"),
+])
+def test_jit_cdi_honours_nvcdi_feature_flags_and_disable_hooks(tmp_path, node, entry_points, oci_runtime, rootfs,
+                                                                 jit, links, mps):
+    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=_jit_config(tmp_path, node, oci_runtime[0], jit))
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", _JIT_CHECK], ["NVIDIA_VISIBLE_DEVICES=0"])
+    result = run_container([entry_points["nvidia-container-runtime"]], bundle, env=env,
+                           log_file=str(tmp_path / "log.json"), timeout=60)
+    assert result.ok, result.describe()
+    lines = result.stdout.split()
+    assert lines[:2] == [links, mps], result.describe()
+    assert "/dev/nvidia0" in lines and "/dev/nvidiactl" in lines

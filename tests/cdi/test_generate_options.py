@@ -364,3 +364,37 @@ def test_the_management_mode_variable_as_mig_parted_sets_it(entry_points, node):
     raw = _spec(proc)
     assert raw["kind"] == "management.nvidia.com/gpu" and _names(raw) == {"all"}
     assert raw["containerEdits"]["hooks"][0]["path"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+
+
+# --- jit-cdi's keys ------------------------------------------------------------------------------
+
+def test_jit_cdi_keys_nvct_does_not_implement_are_warned_about(tmp_path):
+    from nvct import config as config_mod, log
+    from nvct.cdi import features
+
+    key = "nvidia-container-runtime.modes.jit-cdi"
+    conf = config_mod.Config({"nvidia-container-runtime": {"modes": {"jit-cdi": {
+        "nvcdi-feature-flags": ["enable-coherent-annotations", "disable-nvsandbox-utils"],
+        "nvcdi-disable-hooks": ["chmod", "typo"]}}}}, "config.toml", env={})
+    log.setup(level="warning", path=str(tmp_path / "log"))
+    try:
+        generation = features.for_jit(conf)
+    finally:
+        log.setup()
+    text = (tmp_path / "log").read_text()
+    assert f"{key}.nvcdi-feature-flags enable-coherent-annotations ignored: nvct does not read GPU coherence" in text
+    assert f"{key}.nvcdi-disable-hooks typo ignored: not a hook name" in text
+    assert len(text.splitlines()) == 2 and "nvsandbox" not in text  # the old spelling is the reference's alias
+    assert generation.features == {"enable-coherent-annotations", "disable-nvsandboxutils"}
+
+
+def test_a_jit_cdi_key_of_the_wrong_type_is_one_line():
+    from nvct import config as config_mod
+    from nvct.cdi import features
+    from nvct.errors import ConfigError
+
+    conf = config_mod.Config({"nvidia-container-runtime": {"modes": {"jit-cdi": {"nvcdi-disable-hooks": 3}}}},
+                             "config.toml", env={})
+    with pytest.raises(ConfigError, match="^config.toml: nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks: "
+                                          "must be a list of strings$"):
+        features.for_jit(conf)
