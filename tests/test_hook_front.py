@@ -216,7 +216,8 @@ _SPECS = st.fixed_dictionaries({"root": st.just({"path": "rootfs"})}, optional={
 
 
 @pytest.mark.parametrize("text", [
-    "", 'swarm-resource = "DOCKER_RESOURCE_GPU"\n[nvidia-container-runtime.modes.cdi]\nannotation-prefixes = ["x.io/"]\n',
+    "",
+    'swarm-resource = "DOCKER_RESOURCE_GPU"\n[nvidia-container-runtime.modes.cdi]\nannotation-prefixes = ["x.io/"]\n',
 ], ids=["defaults", "swarm and prefixes"])
 def test_the_front_decides_as_python_on_any_spec(tmp_path, text):
     """Python starts exactly when nvct.request.might_request_gpu says the spec may ask for a GPU."""

@@ -152,7 +152,8 @@ def test_a_symlinked_folder_under_run_nvct_is_not_followed(tmp_path, monkeypatch
     elsewhere.mkdir(mode=0o700)
     (tmp_path / "nvct" / sub).symlink_to(elsewhere)
     hook = '{"path":"/usr/bin/nvidia-container-runtime-hook","env":["PATH=/bin"'
-    problem = lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc", ("/usr/bin/nvidia-container-runtime", hook))
+    legacy = ("/usr/bin/nvidia-container-runtime", hook)
+    problem = lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc", legacy)
     assert problem and sub in problem
     assert os.listdir(elsewhere) == [] and not cache.exists()
 

@@ -473,7 +473,8 @@ os.chmod(runtime, 0o755)
 config = os.path.join({tmp!r}, "config.toml")
 bundle = os.path.join({tmp!r}, "bundle")
 os.makedirs(bundle, exist_ok=True)
-spec = '{{"ociVersion":"1.0.2","process":{{"env":["NVIDIA_VISIBLE_DEVICES=0"],"args":["true"]}},"root":{{"path":"rootfs"}}}}'
+spec = ('{{"ociVersion":"1.0.2","process":{{"env":["NVIDIA_VISIBLE_DEVICES=0"],"args":["true"]}},'
+        '"root":{{"path":"rootfs"}}}}')
 env = shim_env(config)
 failed = 0
 rng = random.Random(28)

@@ -7,13 +7,15 @@
    (a fresh Driver each time, as in a new shim process).
 2. Import time of each entry point (``python -X importtime``), against ``python -c pass``.
 3. The shim in passthrough (``--version`` and ``create`` of a non-GPU container) against runc.
-4. create -> start -> delete through the shim against plain runc, interleaved: no GPU; jit-cdi,
+4. create -> start -> delete through the shim against plain runc, interleaved: no GPU (no config
+   file, nvct's shipped config, the reference's default config); jit-cdi,
    legacy and cdi mode (a YAML spec) on 8 GPUs; jit-cdi and cdi mode on 64 GPUs; the hook as
    docker --gpus runs it (a prestart hook in a plain spec, plain runc) on 8 GPUs. Every run
    starts from the pristine config.json and /etc/ld.so.cache, as a fresh container would.
 5. ``nvct cdi generate`` for 8 and 64 GPUs as fresh processes, interleaved with ``python -I -c pass``.
 6. podman with the packaged hooks.d hook (hooks/oci-nvidia-hook.json, our program) against podman
-   without it, for a container without a GPU; also the hook forced through Python, for scale.
+   without it, for a container without a GPU (the node's config, and nvct's shipped config); also the
+   hook forced through Python, for scale.
 7. Start-up of the reference-named programs (``--version``, an unknown hook) against ``nvct hook``
    with an unknown hook, interleaved.
 
@@ -164,8 +166,10 @@ def podman_hooks_ms(work: str, config: str, runs: int) -> dict[str, float]:
     build_image_tar(base_rootfs(), image, "nvct/busybox", "latest")
     dirs = {}
     hook = os.path.join(BIN, "nvidia-container-runtime-hook")
-    for name, args in (("hooksd_sh_front", None), ("hooksd_python", [PY, "-I", hook, "prestart"])):
-        d = packaged_hooks_dir(_mkdir(os.path.join(work, name)), hook, config)
+    shipped = default_configs(_mkdir(os.path.join(work, "hooksd-configs")))["shipped"]
+    for name, args, cfg in (("hooksd_sh_front", None, config), ("hooksd_python", [PY, "-I", hook, "prestart"], config),
+                            ("hooksd_sh_front_shipped_config", None, shipped)):
+        d = packaged_hooks_dir(_mkdir(os.path.join(work, name)), hook, cfg)
         if args:  # the same program through Python: what every start cost before the sh front
             entry_path = os.path.join(d, "oci-nvidia-hook.json")
             with open(entry_path) as f:
@@ -338,6 +342,28 @@ def _process_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: i
         figures[f"{name}_ratio_to_nvct_hook"] = ms / startup["nvct_hook_unknown"]
 
 
+#: The reference's default config.toml, as its packages install it.
+REFERENCE_CONFIG = os.path.join(HERE, "reference-config.toml")
+
+
+def default_configs(work: str) -> dict[str, str]:
+    """nvct's shipped config and the reference's default one, copied into ``work``, old enough to
+    be recorded at once (nvct.lowlevel.identity): name -> path."""
+    out = {}
+    shipped = subprocess.run([os.path.join(BIN, "nvct"), "config", "default"], capture_output=True, text=True,
+                             check=True).stdout
+    with open(REFERENCE_CONFIG) as f:
+        reference = f.read()
+    for name, text in (("shipped", shipped), ("reference", reference)):
+        path = os.path.join(work, f"{name}-config.toml")
+        with open(path, "w") as f:
+            f.write(text)
+        then = time.time() - 60
+        os.utime(path, (then, then))
+        out[name] = path
+    return out
+
+
 def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int,
                        toolkits: dict[str, str], only: set[str] | None = None) -> None:
     from tests.support.bundle import make_bundle
@@ -346,6 +372,11 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     cases = {"runc_plain": Case([RUNC], make_bundle(os.path.join(work, "plain"), rootfs, ["true"])),
              "shim_plain": Case([SHIM], os.path.join(work, "plain"), env)}
+    # A container without a GPU on a node with a standard config: nvct's own (`nvct config default`)
+    # and the reference's default config.toml; both set annotation-prefixes, as migrating nodes keep.
+    for name, cfg in default_configs(work).items():
+        cases[f"shim_plain_{name}_config"] = Case([SHIM], os.path.join(work, "plain"),
+                                                  dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=cfg))
     wanted = [("jit-cdi", "8gpu", "all"), ("legacy", "8gpu", "all"), ("cdi", "8gpu", "nvidia.com/gpu=all"),
               ("jit-cdi", "64gpu", "all"), ("cdi", "64gpu", "nvidia.com/gpu=all")]
     for mode, size, devices in wanted:
