@@ -206,6 +206,15 @@ def collect(env: Mapping[str, str], *, disable_require: bool = False) -> list[tu
     return pairs
 
 
+def _node(facts: DriverFacts) -> str:
+    """What this node offers, after the reference's message: what to compare the condition with."""
+    if facts.driver and facts.cuda:
+        return f" (this node's driver: {facts.driver}, CUDA {facts.cuda})"
+    if facts.cuda or facts.driver:
+        return f" (this node's driver: {'CUDA ' + facts.cuda if facts.cuda else facts.driver})"
+    return ""
+
+
 def check(env: Mapping[str, str], facts: DriverFacts, *, disable_require: bool = False) -> None:
     """Raise :class:`RequirementError` unless every requirement holds.
 
@@ -220,7 +229,7 @@ def check(env: Mapping[str, str], facts: DriverFacts, *, disable_require: bool =
         if failed:
             text = ",".join(failed)
             hint = _UPDATE_HINT if text.startswith("cuda>=") else ""
-            error = RequirementError(f"unsatisfied condition: {text}{hint}")
+            error = RequirementError(f"unsatisfied condition: {text}{hint}{_node(facts)}")
             error.variable = name  # type: ignore[attr-defined]
             raise error
 

@@ -255,14 +255,24 @@ def test_check_passes_when_satisfied():
 def test_check_uses_the_reference_wording_for_cuda():
     with pytest.raises(RequirementError) as info:
         check({"NVIDIA_REQUIRE_CUDA": "cuda>=12.5 brand=tesla,driver>=470,driver<471"}, facts())
-    assert str(info.value) == "unsatisfied condition: cuda>=12.5" + HINT
+    # The reference's words, then what the node has to compare with.
+    assert str(info.value) == "unsatisfied condition: cuda>=12.5" + HINT + " (this node's driver: 550.54.15, CUDA 12.4)"
     assert info.value.variable == "NVIDIA_REQUIRE_CUDA"
+
+
+def test_a_failure_says_the_drivers_cuda_version_where_known():
+    with pytest.raises(RequirementError) as info:
+        check({"NVIDIA_REQUIRE_CUDA": "cuda>=13.0"}, facts(driver=None))
+    assert str(info.value).endswith(HINT + " (this node's driver: CUDA 12.4)")
+    with pytest.raises(RequirementError) as info:
+        check({"NVIDIA_REQUIRE_DRIVER": "driver>=999"}, facts(cuda=None))
+    assert str(info.value) == "unsatisfied condition: driver>=999 (this node's driver: 550.54.15)"
 
 
 def test_check_without_cuda_hint():
     with pytest.raises(RequirementError) as info:
         check({"NVIDIA_REQUIRE_ARCH": "arch>=9.0,brand=tesla"}, facts(devices=[("8.0", "tesla")]))
-    assert str(info.value) == "unsatisfied condition: arch>=9.0,brand=tesla"
+    assert str(info.value) == "unsatisfied condition: arch>=9.0,brand=tesla (this node's driver: 550.54.15, CUDA 12.4)"
 
 
 def test_check_legacy_image():

@@ -118,6 +118,7 @@ def test_a_container_that_would_not_start_exits_1(node, bins):
     shown = _explain(bins, node.config, "-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "NVIDIA_REQUIRE_CUDA=cuda>=99.0")
     assert shown.returncode == 1
     assert "error:    the container would not start: unsatisfied condition: cuda>=99.0" in shown.stdout
+    assert "earlier cuda container (this node's driver: 550.54.15, CUDA 12.4)" in shown.stdout
 
 
 def test_explain_needs_a_bundle_or_env(node, bins):
