@@ -222,52 +222,6 @@ def test_explicit_driver_libraries(entry_points, gated_node):
 
 # --- modes -----------------------------------------------------------------------------------
 
-_EXTRA_NODES = (("dev/nvidia-fs0", 246, 0), ("dev/nvidia-fs1", 246, 1), ("dev/infiniband/uverbs0", 231, 192),
-                ("dev/infiniband/rdma_cm", 10, 58), ("dev/gdrdrv", 239, 0))
-
-
-@pytest.fixture(scope="module")
-def gated_node(tmp_path_factory):
-    """A node of its own with two NVSwitches, GDS, MOFED and GDRCopy nodes, /etc/cufile.json, /run/udev,
-    and a render node of group 44 (video) mode 0660."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mknod)")
-    import json
-
-    from nvct.simulate.node import build_node
-    from nvct.simulate.topology import DEFAULT_TOPOLOGY
-
-    with open(DEFAULT_TOPOLOGY) as f:
-        topology = json.load(f)
-    topology["nvswitches"] = 2
-    node = build_node(tmp_path_factory.mktemp("gated") / "node", topology=topology)
-    root = node["roots"]["dev_root"]
-    for path, major, minor in _EXTRA_NODES:
-        os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
-        os.mknod(os.path.join(root, path), 0o020666, os.makedev(major, minor))
-        os.chmod(os.path.join(root, path), 0o666)
-    driver_root = node["roots"]["driver_root"]
-    with open(os.path.join(driver_root, "etc/cufile.json"), "w") as f:
-        f.write('{"logging": {"level": "ERROR"}}\n')
-    os.makedirs(os.path.join(driver_root, "run/udev/data"), exist_ok=True)
-    os.chown(os.path.join(root, "dev/dri/renderD128"), 0, 44)
-    _add_library(driver_root, "libEGL.so.1", "libEGL.so.1.1.0", tmp_path_factory.mktemp("egl"))
-    return node
-
-
-def _add_library(root: str, soname: str, name: str, scratch) -> None:
-    """A glvnd library the driver does not own, for the explicit-libraries flag; the cache rebuilt."""
-    from nvct.simulate import ldcache
-
-    libdir = os.path.join(root, "usr/lib/x86_64-linux-gnu")
-    src = scratch / "lib.c"
-    src.write_text("int egl_probe(void) { return 1; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", os.path.join(libdir, name),
-                    str(src)], check=True)
-    os.symlink(name, os.path.join(libdir, soname))
-    ldcache.generate(root)
-
-
 def _device_paths(raw: dict, name: str = "all") -> set[str]:
     (device,) = [d for d in raw["devices"] if d["name"] == name]
     return {n["path"] for n in device["containerEdits"].get("deviceNodes", [])}
