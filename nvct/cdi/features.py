@@ -112,7 +112,7 @@ class Generation:
         out, seen = [], set()
         for entry in driver.cache_entries():
             base = entry.key.split(".so", 1)[0] + ".so"
-            if base not in EXPLICIT_LIBRARY_NAMES or entry.arch != "x86_64":
+            if base not in EXPLICIT_LIBRARY_NAMES or entry.arch != driver.arch:
                 continue
             real = resolve_in_root(driver.driver_root, entry.value)
             if real is None or real in seen:

@@ -221,9 +221,9 @@ def list_paths(driver, *, devices, mig_config, mig_monitor, libraries, binaries,
         out += [driver.host_path(p) for p in driver.binaries(sorted(BINARIES))]
     if libraries:
         libs = driver.all_libraries
-        out += [driver.host_path(lib.path) for lib in libs if lib.arch != "i386"]
+        out += [driver.host_path(lib.path) for lib in libs if not lib.compat32]
         if compat32:
-            out += [driver.host_path(lib.path) for lib in libs if lib.arch == "i386"]
+            out += [driver.host_path(lib.path) for lib in libs if lib.compat32]
     if ipcs:
         out += [driver.host_path(p) for p in driver.ipc(["utility", "compute"])]
     if firmwares:
