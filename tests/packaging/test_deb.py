@@ -539,7 +539,7 @@ def test_container_starts_during_install_upgrade_remove_and_purge(deb, tmp_path)
                            ("remove", ("remove", "nvct")),
                            ("purge", ("purge", "nvct"))):
             phase[0] = name
-            if name == "purge":
+            if name == "remove":
                 cache = os.lstat("/run/nvct").st_ino  # the starts wrote it
             while not [s for s in starts if s[0] == name]:  # at least one start inside each step
                 if not starter.is_alive():

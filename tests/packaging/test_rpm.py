@@ -282,7 +282,7 @@ step erase rpm --root "$R" --nodeps -e nvct
 echo "after-erase" > "$W/phase"; wait_starts
 touch "$W/stop"; wait
 rpm --root "$R" -q nvct > "$W/after" 2>&1 || :
-ls -A "$R/run/nvct" "$R/var/lib/nvct" "$R/usr/bin/nvct" > "$W/left" 2>&1 || :
+ls -A "$R/run/nvct" "$R/var/lib/nvct" "$R/usr/bin/nvct" "$R$site/nvct" > "$W/left" 2>&1 || :
 """, env={"NODE_CONFIG": node_config})
     assert result.ok, result.describe()
     steps = _steps(tmp_path)
@@ -297,4 +297,4 @@ ls -A "$R/run/nvct" "$R/var/lib/nvct" "$R/usr/bin/nvct" > "$W/left" 2>&1 || :
     assert inside and all(s[2] == "0" and s[3] == "1" for s in inside), (inside, failures)
     assert (tmp_path / "after").read_text().strip() == "package nvct is not installed"
     left = (tmp_path / "left").read_text()
-    assert left.count("No such file or directory") == 3, left
+    assert left.count("No such file or directory") == 4, left
