@@ -34,7 +34,7 @@ def _generate_options(command):
 
 
 @cdi_group.command("generate", help="Write a CDI spec for this node's GPUs and MIG devices, or for a "
-                   "subsystem (--mode).")
+                   "subsystem (--mode).", context_settings={"max_content_width": 140})
 @_generate_options
 @click.pass_context
 def generate_command(ctx, **params):

@@ -76,3 +76,59 @@ def test_the_service_writes_the_nodes_spec(sim_node, tmp_path):
     assert spec["kind"] == "nvidia.com/gpu"
     names = {d["name"] for d in spec["devices"]}
     assert {str(g["index"]) for g in sim_node["gpus"]} | {"all"} <= names
+
+
+def _environment_file(text: str) -> dict[str, str]:
+    """KEY=VALUE lines as systemd reads an EnvironmentFile (comments and blank lines skipped, quotes removed)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        key, _, value = line.partition("=")
+        out[key.strip()] = shlex.split(value)[0] if value.strip() else ""
+    return out
+
+
+def test_the_env_file_configures_generate_as_documented(sim_node, tmp_path):
+    """nvidia-cdi-refresh.env holds the reference's NVIDIA_CTK_CDI_GENERATE_* variables (mig-parted's
+    management mode, another kind, feature flags), and they win over the unit's Environment=."""
+    directives = _directives(SERVICE)
+    (start,) = directives["ExecStart"]
+    output = tmp_path / "management.yaml"
+    env_file = tmp_path / "nvidia-cdi-refresh.env"
+    env_file.write_text(
+        "# as an admin writes it\n"
+        f"NVIDIA_CTK_CDI_OUTPUT_FILE_PATH={output}\n"
+        "NVIDIA_CTK_CDI_GENERATE_MODE=management\n"
+        'NVIDIA_CTK_CDI_GENERATE_VENDOR="management.nvidia.com"\n'
+        "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS=disable-ipc-discoverer\n"
+        "NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS=enable-cuda-compat\n"
+        "NVIDIA_CTK_CDI_HOOK_PATH=/usr/bin/nvidia-cdi-hook\n")
+    env = dict(e.split("=", 1) for e in directives["Environment"])
+    env.update(_environment_file(env_file.read_text()), PATH="/usr/bin:/bin",
+               NVIDIA_CTK_CONFIG_FILE_PATH=sim_node["config"])
+    argv = [os.path.join(VENV_BIN, "nvidia-ctk"), *shlex.split(start)[1:]]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    spec = yaml.safe_load(output.read_text())
+    assert spec["kind"] == "management.nvidia.com/gpu"
+    assert [d["name"] for d in spec["devices"]] == ["all"]
+    (hook,) = spec["containerEdits"]["hooks"]
+    assert hook["path"] == "/usr/bin/nvidia-cdi-hook" and "enable-cuda-compat" not in hook["args"]
+    targets = {m["containerPath"] for m in spec["containerEdits"]["mounts"]}
+    assert not any(t.startswith("/run/nvidia-") for t in targets)
+
+
+def test_generate_help_lists_every_variable_the_env_file_may_set():
+    """The reference's env file points at ``nvidia-ctk cdi generate --help`` for the variables."""
+    proc = subprocess.run([os.path.join(VENV_BIN, "nvidia-ctk"), "cdi", "generate", "--help"],
+                          capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin", "COLUMNS": "400"})
+    g = "NVIDIA_CTK_CDI_GENERATE_"
+    for var in ("NVIDIA_CTK_CDI_OUTPUT_FILE_PATH", "NVIDIA_CTK_DRIVER_ROOT", "NVIDIA_CTK_DEV_ROOT",
+                "NVIDIA_CTK_CDI_HOOK_PATH", *(g + v for v in (
+                    "MODE", "OUTPUT_FORMAT", "DEVICE_NAME_STRATEGIES", "DEVICE_IDS", "NO_ALL_DEVICE", "VENDOR",
+                    "CLASS", "DISABLED_HOOKS", "ENABLED_HOOKS", "FEATURE_FLAGS", "LIBRARY_SEARCH_PATHS",
+                    "CONFIG_SEARCH_PATHS", "LDCONFIG_PATH", "CSV_FILES", "CSV_IGNORE_PATTERNS",
+                    "CSV_CONTAINER_COMPAT_ROOT"))):
+        assert var in proc.stdout, var
