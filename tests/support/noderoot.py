@@ -219,7 +219,8 @@ class NodeRoot:
         ])
         self._holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            preexec_fn=_die_with_parent)
         line = self._holder.stdout.readline()
         if line.strip() != b"ready":
             self._holder.wait(10)
@@ -258,6 +259,14 @@ class NodeRoot:
     def nvct(self, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120) -> Result:
         """``nvct ARGS`` inside the root, from the checkout, under the root's python3."""
         return self.run([os.path.join(SCRIPTS, "nvct"), *args], env=env, timeout=timeout)
+
+
+def _die_with_parent() -> None:
+    """A killed test run leaves no holder (and namespace) behind."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class NodeContainerd(Containerd):
