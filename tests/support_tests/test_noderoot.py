@@ -93,3 +93,15 @@ def test_nvct_runs_from_the_checkout_under_the_roots_python(node):
     path, version = where.stdout.split(" ", 1)
     assert path == os.path.join(noderoot.CHECKOUT, "nvct", "__init__.py")
     assert version.strip() != "(3, 11)", where.stdout  # the root's interpreter, not the host's
+
+
+def test_dockerd_of_the_root_runs_a_container(node, busybox_image_tar):
+    """For the CDI-routed ``--gpus`` of docker 28: its dockerd (and containerd 2.1) run in the root."""
+    from tests.support.docker import Dockerd
+
+    with Dockerd(wrapper=node.prefix) as dockerd:
+        version = dockerd.docker(["version", "--format", "{{.Server.Version}}"]).check().stdout
+        dockerd.load(busybox_image_tar)
+        result = dockerd.run(["--rm", "nvct/busybox", "echo", "from docker 28"])
+    assert int(version.split(".")[0]) >= 28, version
+    assert result.ok and result.stdout == "from docker 28\n", result.describe()
