@@ -110,7 +110,6 @@ def cache_dir() -> str:
 
 def cached_node_root(suite: str = SUITE, packages: Sequence[str] = PACKAGES) -> str:
     """The built root for ``suite`` with ``packages``: from the cache, else built now (minutes)."""
-    mirror = os.environ.get("NVCT_NODEROOT_MIRROR") or apt_mirror()
     key = hashlib.sha256(repr((suite, sorted(packages))).encode()).hexdigest()[:12]
     base = cache_dir()
     os.makedirs(base, exist_ok=True)
@@ -128,14 +127,26 @@ def cached_node_root(suite: str = SUITE, packages: Sequence[str] = PACKAGES) -> 
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder; the others wait and reuse
         if _fresh(root):
             return root
-        shutil.rmtree(root, ignore_errors=True)
+        _remove_root(root)
+        mirror = os.environ.get("NVCT_NODEROOT_MIRROR") or apt_mirror()
         building = root + ".building"
-        shutil.rmtree(building, ignore_errors=True)
+        _remove_root(building)
         build_node_root(building, suite=suite, packages=packages, mirror=mirror)
         with open(os.path.join(building, _DONE), "w") as f:
             f.write(f"{suite} {' '.join(sorted(packages))} {mirror}\n")
         os.rename(building, root)
     return root
+
+
+def _remove_root(root: str) -> None:
+    """rmtree, refused while anything is mounted under ``root`` here (it could be the host's /tmp)."""
+    from nvct.namespaces import mounts
+
+    prefix = os.path.realpath(root) + "/"
+    inside = [m.mount_point for m in mounts() if (m.mount_point + "/").startswith(prefix)]
+    if inside:
+        raise NodeRootError(f"{root}: not removed, {inside[0]} is mounted under it")
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _fresh(root: str) -> bool:
@@ -156,7 +167,7 @@ def build_node_root(dest: str, *, suite: str, packages: Sequence[str], mirror: s
             suite, dest, mirror]
     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
-        shutil.rmtree(dest, ignore_errors=True)
+        _remove_root(dest)
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise NodeRootError(f"mmdebstrap {suite} from {mirror} failed ({proc.returncode}):\n{tail}")
 
