@@ -162,7 +162,7 @@ def build_node_root(dest: str, *, suite: str, packages: Sequence[str], mirror: s
             "--aptopt=Acquire::Check-Valid-Until \"false\"",
             "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
             "--dpkgopt=path-exclude=/usr/share/locale/*",
-            # A node's package scripts start nothing here.
+            # No packaged config: `containerd config dump` without --config shows containerd's defaults.
             "--customize-hook=rm -f \"$1/etc/containerd/config.toml\"",
             suite, dest, mirror]
     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800)
