@@ -121,8 +121,12 @@ class Generation:
             out.append(Library(real, entry.key, "explicit", entry.arch))
         return sorted(out, key=lambda lib: lib.path)
 
-    def finish(self, edits: ContainerEdits, *, keep=("bind-mount",)) -> ContainerEdits:
-        """Drop the disabled hooks' steps from nvct's chain; add the device nodes' group ids."""
+    def finish(self, edits: ContainerEdits, *, gids: bool = True, keep=("bind-mount",)) -> ContainerEdits:
+        """Drop the disabled hooks' steps from nvct's chain; add the device nodes' group ids.
+
+        ``gids=False``: never (generated specs: additional gids need CDI 0.7.0,
+        which podman 4.3 cannot read; docs/cdi.md, "Differences from the reference").
+        """
         from nvct import injection
 
         hooks = []
@@ -138,7 +142,7 @@ class Generation:
                 prefix = list(hook.args[:len(hook.args) - len(steps)])
                 hooks.append(hook.replace(args=tuple(prefix + injection.join_steps(kept))))
         edits.hooks = hooks
-        if NO_ADDITIONAL_GIDS not in self.features:
+        if gids and NO_ADDITIONAL_GIDS not in self.features:
             for gid in device_node_gids(edits):
                 if gid not in edits.additional_gids:
                     edits.additional_gids.append(gid)

@@ -90,7 +90,7 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         return _spec(vendor, cls, entries, common, all_device, generation)
     common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig,
                                     generation=generation)
-    common = _writable_mounts_by_hook(generation.finish(common))
+    common = _writable_mounts_by_hook(generation.finish(common, gids=False))
     if mode == "management":
         entries = [(ALL_DEVICE, _management_edits(driver))]
         common.device_nodes = []
@@ -109,7 +109,7 @@ def _spec(vendor: str, cls: str, entries: list[tuple[str, ContainerEdits]], comm
     done: dict[int, ContainerEdits] = {}
     for _, edits in entries:  # one edits object may serve several names
         if id(edits) not in done:
-            done[id(edits)] = generation.finish(edits)
+            done[id(edits)] = generation.finish(edits, gids=False)
     if all_device and entries and not any(name == ALL_DEVICE for name, _ in entries):
         merged = ContainerEdits()
         for _, edits in entries:

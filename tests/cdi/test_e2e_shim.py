@@ -96,3 +96,21 @@ def test_jit_cdi_honours_nvcdi_feature_flags_and_disable_hooks(tmp_path, node, e
     lines = result.stdout.split()
     assert lines[:2] == [links, mps], result.describe()
     assert "/dev/nvidia0" in lines and "/dev/nvidiactl" in lines
+
+
+@pytest.mark.parametrize("jit, groups", [
+    ("", ["44"]),
+    ('nvcdi-feature-flags = ["no-additional-gids-for-device-nodes"]\n', []),
+])
+def test_jit_cdi_gives_the_group_of_a_node_only_its_group_may_open(tmp_path, gated_node, entry_points,
+                                                                    oci_runtime, rootfs, jit, groups):
+    """The render node is root:44 0660 on that node: its group joins the container's, as the reference's."""
+    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=_jit_config(tmp_path, gated_node, oci_runtime[0], jit))
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", "ls /dev/dri; grep ^Groups: /proc/self/status"],
+                         ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics,utility"])
+    result = run_container([entry_points["nvidia-container-runtime"]], bundle, env=env,
+                           log_file=str(tmp_path / "log.json"), timeout=60)
+    assert result.ok, result.describe()
+    assert "renderD128" in result.stdout, result.describe()
+    line = [l for l in result.stdout.splitlines() if l.startswith("Groups:")][0]
+    assert line.split()[1:] == groups, result.describe()
