@@ -4,10 +4,11 @@
 nvct) on config versions 2 and 3, which containerd 2.1 loads: ``containerd
 config dump`` shows the ``nvidia`` handler from nvct's drop-in, with the runc
 handler's options copied; a CRI pod through that handler gets exactly its GPU
-of the simulated node (legacy mode under runc, jit-cdi under crun); ``ctr run --device nvidia.com/gpu=N`` gets it through
-CDI from the spec ``nvct cdi generate`` wrote to ``/var/run/cdi``. Version 4
-(containerd 2.3) is checked against its documented layout: containerd 2.1
-refuses to load it.
+of the simulated node (legacy mode under runc, jit-cdi under crun); ``ctr run
+--device nvidia.com/gpu=N`` gets it through CDI from the spec ``nvct cdi
+generate`` wrote to ``/var/run/cdi``. Version 4 (containerd 2.3) is checked
+against its documented layout: containerd 2.1 refuses to load it. The toolkit
+installer, run in the root, configures containerd 2.1 as well.
 """
 
 from __future__ import annotations

@@ -277,8 +277,9 @@ def test_a_new_config_takes_the_version_the_daemon_reports(tmp_path):
                        config_source="command", executable=exe)
     assert (tmp_path / "argv").read_text().split() == ["config", "dump"]
     assert config.read_text() == f'version = 3\nimports = ["{tmp_path}/conf.d/*.toml"]\n'
+    nvidia = {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True, "BinaryName": NVIDIA}}
     assert toml_loads(drop_in.read_text()) == {"version": 3, "plugins": {PLUGINS[3]: {"containerd": {"runtimes": {
-        "nvidia": {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True, "BinaryName": NVIDIA}}}}}}}
+        "nvidia": nvidia}}}}}
 
 
 def test_failing_command_source_falls_back_to_the_file(tmp_path):
