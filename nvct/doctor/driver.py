@@ -67,7 +67,8 @@ def check_gpus(ctx: Context):
                    "check the kernel log (dmesg | grep NVRM) and NVreg_ExcludedGpus")
     gpus = ctx.gpus
     if not gpus:
-        yield warn("driver.gpus", f"no GPU in {ctx.driver.proc_root}/driver/nvidia/gpus",
+        yield fail("driver.gpus", f"no GPU in {ctx.driver.proc_root}/driver/nvidia/gpus: containers that ask for "
+                   "one fail to start (unknown device)",
                    "check that the GPUs are seen (lspci -d 10de:) and the kernel log (dmesg | grep NVRM)")
         return
     migs = sum(len(g.migs) for g in gpus)

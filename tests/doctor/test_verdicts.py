@@ -193,6 +193,11 @@ FAULTS = {
                                        False, _module_version, fix="needs a reboot"),
     "module-not-loaded": Fault("driver.module", "fail", "the NVIDIA kernel module is not loaded", False,
                                lambda n: shutil.rmtree(n.path("proc/driver/nvidia")), fix="needs modprobe"),
+    "ld-cache-corrupt": Fault("libraries.ldcache", "fail", "", False,
+                              lambda n: write(n.path("etc/ld.so.cache"), "not a cache\n")),
+    "no-gpu-in-procfs": Fault("driver.gpus", "fail", "no GPU in", False,
+                              lambda n: shutil.rmtree(n.path("proc/driver/nvidia/gpus")),
+                              fix="needs the GPUs back on the bus"),
     # nvct's config.
     "config-does-not-parse": Fault("config.file", "fail", "line", False,
                                    lambda n: _runtime_key(n, "mode = ["), fix="an edit of the file"),
