@@ -18,6 +18,10 @@ APT_PACKAGES=(
   iproute2 util-linux
   systemd  # systemd-analyze verify: the nvidia-cdi-refresh units
   mmdebstrap  # tests/support/noderoot.py: a root with today's engines (containerd 2.x, docker 28)
+  # aarch64 nodes (nvct simulate node --arch aarch64, tests/e2e/test_aarch64.py): clang and the arm64
+  # cross sysroot compile the node's ELF files (Debian's gcc cross compilers conflict with gcc-multilib);
+  # qemu-user-static runs arm64 programs through binfmt_misc.
+  clang libc6-dev-arm64-cross libgcc-12-dev-arm64-cross binutils-aarch64-linux-gnu qemu-user-static
 )
 
 missing=()
@@ -31,6 +35,21 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   rm -f /usr/sbin/policy-rc.d
+fi
+
+# Debian's arm64 libc6, libc-bin (its ldconfig) and busybox-static for the arm64 test image and node,
+# downloaded once through a private apt state: the host's dpkg architectures stay as they are.
+ARM64_DEBS=build/arm64-debs
+if ! ls "$ARM64_DEBS"/libc6_*_arm64.deb "$ARM64_DEBS"/libc-bin_*_arm64.deb \
+        "$ARM64_DEBS"/busybox-static_*_arm64.deb >/dev/null 2>&1; then
+  echo "setup: downloading Debian's arm64 libc6 libc-bin busybox-static into $ARM64_DEBS"
+  state=$(mktemp -d)
+  mkdir -p "$state/lists/partial" "$state/cache/archives/partial" "$ARM64_DEBS"
+  apt_arm64=(-o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::Lists=$state/lists"
+             -o "Dir::Cache=$state/cache" -o Dir::State::status=/dev/null -o APT::Sandbox::User=root)
+  apt-get "${apt_arm64[@]}" update -qq
+  (cd "$ARM64_DEBS" && apt-get "${apt_arm64[@]}" -qq download libc6 libc-bin busybox-static)
+  rm -rf "$state"
 fi
 
 # Always Debian's interpreter: a pyenv python3 may come first on PATH.

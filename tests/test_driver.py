@@ -94,3 +94,57 @@ def test_tls_library_needs_the_new_abi_note(sim_node, tmp_path):
                     "-x", "c", "/dev/null"], check=True)
     other = Driver(str(tmp_path), driver.dev_root, driver.proc_root)
     assert not other._tls_abi_ok(tls[0])
+
+
+@pytest.fixture(scope="module")
+def grace_node(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (builds a simulated GPU node with mknod, registers binfmt_misc)")
+    from tests.support import arm64
+
+    return arm64.grace_node(tmp_path_factory.getbasetemp() / "sim")
+
+
+def test_nvct_list_on_an_aarch64_node_matches_its_ground_truth(grace_node):
+    # Before: the x86_64/i386 filter listed no library at all on an arm64 node, and said nothing.
+    listed = nvct_list(grace_node)
+    assert listed["libraries"], "no driver library found on the aarch64 node"
+    assert _norm(listed["libraries"], ("path", "soname", "capability", "arch")) == \
+        _norm(grace_node["libraries"], ("path", "soname", "capability", "arch"))
+    for lib in listed["libraries"]:
+        assert lib["arch"] == "aarch64" and lib["path"].startswith("/usr/lib/aarch64-linux-gnu/"), lib
+        assert lib["elf"] == {"class": 64, "machine": "aarch64", "soname": lib["soname"]}, lib
+    assert _norm(listed["device_nodes"], ("path", "major", "minor", "mode", "role")) == \
+        _norm(grace_node["device_nodes"], ("path", "major", "minor", "mode", "role"))
+
+
+def test_the_architecture_is_the_nodes_own(sim_node, grace_node):
+    x86 = Driver.from_config(config_mod.load(sim_node["config"]))
+    arm = Driver.from_config(config_mod.load(grace_node["config"]))
+    assert (x86.arch, x86.arches) == ("x86_64", ("x86_64", "i386"))
+    assert (arm.arch, arm.arches) == ("aarch64", ("aarch64",))
+    every = ["utility", "compute", "video", "graphics", "ngx"]
+    # The same capabilities as on x86-64 (the same library names), none 32-bit on arm64.
+    names = {lib.soname for lib in arm.libraries(every, compat32=True)}
+    assert names == {lib.soname for lib in x86.libraries(every)}
+    assert all(not lib.compat32 for lib in arm.libraries(every, compat32=True))
+    assert {lib.soname for lib in arm.libraries(["compute"])} >= {"libcuda.so.1"}
+
+
+def test_without_driver_libraries_in_the_cache_the_architecture_is_this_machines(sim_node, tmp_path):
+    (tmp_path / "etc").mkdir()
+    subprocess.run(["ldconfig", "-X", "-r", str(tmp_path)], check=True)  # an empty cache
+    driver = Driver(str(tmp_path), sim_node["roots"]["dev_root"], sim_node["roots"]["proc_root"])
+    assert driver.arch == {"arm64": "aarch64"}.get(os.uname().machine, os.uname().machine)
+    assert driver.libraries(["compute"]) == []
+
+
+def test_nvml_of_another_architecture_says_so(grace_node):
+    from nvct.errors import DriverError
+
+    driver = Driver.from_config(config_mod.load(grace_node["config"]))
+    if os.uname().machine == "aarch64":
+        pytest.skip("this machine is aarch64: its NVML loads")
+    with pytest.raises(DriverError, match=r"libnvidia-ml\.so\.1: cannot load NVML: an aarch64 library, "
+                                          r"and this machine is x86_64"):
+        driver.nvml()

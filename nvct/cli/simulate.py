@@ -24,15 +24,19 @@ def simulate_group():
 @click.option("--device-nodes/--no-device-nodes", default=True, show_default=True,
               help="Create device nodes (needs root); without them NVML reports no driver loaded.")
 @click.option("--force", is_flag=True, help="Build into a non-empty directory that is not a simulated node.")
-def node_command(directory, driver_version, gpus, mig, topology, device_nodes, force):
+@click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64", show_default=True,
+              help="The node's architecture: aarch64 is a Grace (arm64, sbsa) node, a GH200 by default "
+                   "(needs a cross compiler and an aarch64 ldconfig; see docs/platforms.md).")
+def node_command(directory, driver_version, gpus, mig, topology, device_nodes, force, arch):
     """Build a simulated GPU node in DIRECTORY (driver root, dev root and DIRECTORY/proc)."""
     from nvct.simulate import build_node
 
     m = build_node(directory, driver_version=driver_version, topology=topology, gpus=gpus, mig=mig,
-                   device_nodes=device_nodes, force=force)
+                   device_nodes=device_nodes, force=force, arch=arch)
     models = sorted({g["model"] for g in m["gpus"]})
     migs = sum(len(g["mig_devices"]) for g in m["gpus"])
-    click.echo(f"simulated node at {m['roots']['driver_root']}: {len(m['gpus'])} x {', '.join(models)}, "
+    kind = "" if m["arch"] == "x86_64" else f"{m['arch']} "
+    click.echo(f"simulated {kind}node at {m['roots']['driver_root']}: {len(m['gpus'])} x {', '.join(models)}, "
                f"{migs} MIG device(s), driver {m['driver_version']}, CUDA {m['cuda_version']}, "
                f"{len(m['libraries'])} libraries, {len(m['device_nodes'])} device nodes")
     click.echo(f"config: {m['config']}")

@@ -37,6 +37,10 @@ GCC_VERSION = "gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)"
 
 X86_64_DIR = "/usr/lib/x86_64-linux-gnu"
 I386_DIR = "/usr/lib/i386-linux-gnu"
+#: Architectures a node can be built for, and where each puts its libraries (Debian multiarch:
+#: NVIDIA's arm64 "sbsa" packages for Ubuntu and Debian install to /usr/lib/aarch64-linux-gnu).
+ARCHES = ("x86_64", "aarch64")
+LIB_DIRS = {"x86_64": X86_64_DIR, "i386": I386_DIR, "aarch64": "/usr/lib/aarch64-linux-gnu"}
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def load_manifest(directory: str | os.PathLike) -> dict:
 
 
 def build(root: str, drv: Driver, topo: Topology, options: dict, nodes_created: bool,
-          top_level: list[str], ldcache_root: str | None = None) -> dict:
+          top_level: list[str], ldcache_root: str | None = None, arch: str = "x86_64") -> dict:
     """The manifest of a node built under ``root`` (``ldcache_root``: where it is now, if elsewhere)."""
     proc_root = os.path.join(root, "proc")
     return {
@@ -53,6 +53,7 @@ def build(root: str, drv: Driver, topo: Topology, options: dict, nodes_created: 
         "cuda_driver_version": drv.cuda_version,
         "nvml_version": drv.nvml_version,
         "topology": topo.name,
+        "arch": arch,
         "options": options,
         "roots": {"driver_root": root, "dev_root": root, "proc_root": proc_root},
         "gpus": [_gpu(g) for g in topo.gpus],
@@ -80,7 +81,7 @@ def libraries(root: str, drv: Driver) -> list[dict]:
             continue
         picked[(arch, resolved)] = {"path": resolved, "soname": _soname_of(root, resolved, name),
                                     "capability": wanted[lib], "arch": arch}
-    return sorted(picked.values(), key=lambda e: (e["arch"] != "x86_64", e["path"]))
+    return sorted(picked.values(), key=lambda e: (e["arch"] == "i386", e["path"]))
 
 
 def _resolve(root: str, path: str) -> str | None:

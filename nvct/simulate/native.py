@@ -47,17 +47,39 @@ class _Job:
     deps: tuple = ()       # outputs of other jobs this one links against
 
 
-def build(drv: Driver, topo: Topology, binaries: tuple) -> Artifacts:
-    """Compile (or reuse) every ELF file of a node."""
+def build(drv: Driver, topo: Topology, binaries: tuple, arch: str = "x86_64") -> Artifacts:
+    """Compile (or reuse) every ELF file of a node of architecture ``arch``."""
     with _lock:
-        return _Builder(drv, topo).run(binaries)
+        return _Builder(drv, topo, arch).run(binaries)
+
+
+def compiler(arch: str) -> tuple[str, ...]:
+    """The C compiler command for ``arch``: gcc for x86-64; for aarch64 Debian's cross gcc, else clang.
+
+    Debian's gcc-multilib (the i386 libraries) conflicts with every gcc cross
+    compiler, so clang with the cross sysroot (libc6-dev-arm64-cross) is what
+    a machine that builds both kinds of node has.
+    """
+    if arch == "x86_64":
+        return ("gcc",)
+    if arch == "aarch64":
+        if shutil.which("aarch64-linux-gnu-gcc"):
+            return ("aarch64-linux-gnu-gcc",)
+        if shutil.which("clang") and os.path.isdir("/usr/aarch64-linux-gnu/lib"):
+            return ("clang", "--target=aarch64-linux-gnu")
+        raise NvctError("building an aarch64 node needs aarch64-linux-gnu-gcc, or clang with the aarch64 sysroot "
+                        "(Debian: apt-get install clang libc6-dev-arm64-cross libgcc-12-dev-arm64-cross "
+                        "binutils-aarch64-linux-gnu)")
+    raise NvctError(f"simulated node architecture {arch!r}: expected x86_64 or aarch64")
 
 
 class _Builder:
-    def __init__(self, drv: Driver, topo: Topology):
+    def __init__(self, drv: Driver, topo: Topology, arch: str = "x86_64"):
         self.drv = drv
         self.topo = topo
-        self.root = os.path.join(_cache(), drv.version)
+        self.arch = arch
+        self.cc = compiler(arch)
+        self.root = os.path.join(_cache(), arch, drv.version)
         self.jobs: dict[str, _Job] = {}
         ver = f'-DSIM_DRIVER_VERSION="{drv.version}"'
         self.defines = (ver, f"-DSIM_CUDA_VERSION={drv.cuda_version}")
@@ -65,15 +87,15 @@ class _Builder:
     def run(self, binaries: tuple) -> Artifacts:
         art = Artifacts()
         objs = self._objects()
-        libc32 = self._glibc32(objs)
+        libc32 = self._glibc32(objs) if self.arch == "x86_64" else {}
         by_name = {lib.name: lib for lib in self.drv.libraries()}
         for lib in by_name.values():
             if lib.name != "libnvidia-ml":  # the mock below, not a stub
-                art.libraries[("x86_64", lib.name)] = self._library(lib, "x86_64", objs, by_name, libc32)
-            if lib.i386:
+                art.libraries[(self.arch, lib.name)] = self._library(lib, self.arch, objs, by_name, libc32)
+            if lib.i386 and self.arch == "x86_64":  # no 32-bit libraries on arm64
                 art.libraries[("i386", lib.name)] = self._library(lib, "i386", objs, by_name, libc32)
         nvml = self._nvml(objs)
-        art.libraries[("x86_64", "libnvidia-ml")] = nvml
+        art.libraries[(self.arch, "libnvidia-ml")] = nvml
         art.xorg = self._xorg(objs)
         for name in binaries:
             art.binaries[name] = self._binary(name, objs, nvml)
@@ -98,14 +120,17 @@ class _Builder:
 
         def cc(src, out, *extra, m32=False):
             flags = ["-m32"] if m32 else []
-            return self._add(out, ["gcc", *flags, *_CFLAGS, *self.defines, *extra, "-I", CSRC, "-c",
+            return self._add(out, [*self.cc, *flags, *_CFLAGS, *self.defines, *extra, "-I", CSRC, "-c",
                                    os.path.join(CSRC, src), "-o", out])
 
+        objs = {"stub32": None, "note32": None}
+        if self.arch == "x86_64":
+            objs["stub32"] = cc("stub.c", os.path.join(obj, "stub32.o"), m32=True)
+            objs["note32"] = cc("abi_note.c", os.path.join(obj, "note32.o"), m32=True)
         return {
+            **objs,
             "stub64": cc("stub.c", os.path.join(obj, "stub64.o")),
-            "stub32": cc("stub.c", os.path.join(obj, "stub32.o"), m32=True),
             "note64": cc("abi_note.c", os.path.join(obj, "note64.o")),
-            "note32": cc("abi_note.c", os.path.join(obj, "note32.o"), m32=True),
             "cuda": cc("cuda.c", os.path.join(obj, "cuda.o")),
             "smi": cc("smi.c", os.path.join(obj, "smi.o")),
             "tool": cc("tool.c", os.path.join(obj, "tool.o")),
@@ -139,22 +164,22 @@ class _Builder:
             if need in by_name:
                 deps.append(self._library(by_name[need], arch, objs, by_name, libc32))
             else:
-                deps.append(libc32[need] if m32 else _glibc64(need))
-        argv = ["gcc", "-shared", f"-Wl,-soname,{self.drv.soname(lib)}", "-Wl,--no-as-needed", *inputs, *deps]
+                deps.append(libc32[need] if m32 else _glibc64(need, self.cc))
+        argv = [*self.cc, "-shared", f"-Wl,-soname,{self.drv.soname(lib)}", "-Wl,--no-as-needed", *inputs, *deps]
         if m32:
-            argv[1:1] = ["-m32", "-nostdlib"]
+            argv[len(self.cc):len(self.cc)] = ["-m32", "-nostdlib"]
             argv.append(libc32["libc.so.6"])
             deps.append(libc32["libc.so.6"])
         elif lib.name != "libcuda":
             # Data-only stubs need no start files: linking libc by path is twice as fast.
-            argv[1:1] = ["-nostdlib"]
-            argv.append(_glibc64("libc.so.6"))
+            argv[len(self.cc):len(self.cc)] = ["-nostdlib"]
+            argv.append(_glibc64("libc.so.6", self.cc))
         return self._add(out, argv + ["-o", out], tuple(inputs) + tuple(deps))
 
     def _nvml(self, objs: dict) -> str:
         out = os.path.join(objs["gen"], f"libnvidia-ml.so.{self.drv.version}")
-        deps = [_glibc64(n) for n in ("libpthread.so.0", "libm.so.6", "libdl.so.2")]
-        return self._add(out, ["gcc", "-shared", "-Wl,-soname,libnvidia-ml.so.1", "-Wl,--no-as-needed",
+        deps = [_glibc64(n, self.cc) for n in ("libpthread.so.0", "libm.so.6", "libdl.so.2")]
+        return self._add(out, [*self.cc, "-shared", "-Wl,-soname,libnvidia-ml.so.1", "-Wl,--no-as-needed",
                                objs["nvml"], *deps, "-o", out], (objs["nvml"],))
 
     def _xorg(self, objs: dict) -> dict:
@@ -163,8 +188,8 @@ class _Builder:
         drv_so = os.path.join(d, "nvidia_drv.so")
         glx = os.path.join(d, f"libglxserver_nvidia.so.{self.drv.version}")
         return {
-            "nvidia_drv.so": self._add(drv_so, ["gcc", "-shared", objs["stub64"], "-o", drv_so], (objs["stub64"],)),
-            os.path.basename(glx): self._add(glx, ["gcc", "-shared", f"-Wl,-soname,{os.path.basename(glx)}",
+            "nvidia_drv.so": self._add(drv_so, [*self.cc, "-shared", objs["stub64"], "-o", drv_so], (objs["stub64"],)),
+            os.path.basename(glx): self._add(glx, [*self.cc, "-shared", f"-Wl,-soname,{os.path.basename(glx)}",
                                                    objs["stub64"], "-o", glx], (objs["stub64"],)),
         }
 
@@ -174,9 +199,9 @@ class _Builder:
         if name == "nvidia-smi":
             # Linked against whichever NVML came first: the binary does not depend on the topology.
             out = os.path.join(d, name)
-            return self._add(out, ["gcc", objs["smi"], "-Wl,--no-as-needed", nvml, "-o", out], (objs["smi"], nvml))
+            return self._add(out, [*self.cc, objs["smi"], "-Wl,--no-as-needed", nvml, "-o", out], (objs["smi"], nvml))
         out = os.path.join(d, "tool")
-        return self._add(out, ["gcc", objs["tool"], "-o", out], (objs["tool"],))
+        return self._add(out, [*self.cc, objs["tool"], "-o", out], (objs["tool"],))
 
     # --- running ---
 
@@ -267,16 +292,16 @@ def _run(job: _Job) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _glibc64(soname: str) -> str:
-    """The host's glibc library ``soname`` by path (link by path: no -l name games)."""
+def _glibc64(soname: str, cc: tuple = ("gcc",)) -> str:
+    """The compiler's glibc library ``soname`` by path (link by path: no -l name games)."""
     try:
-        path = subprocess.run(["gcc", f"-print-file-name={soname}"], stdout=subprocess.PIPE,
+        path = subprocess.run([*cc, f"-print-file-name={soname}"], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True).stdout.strip()
     except FileNotFoundError:
-        raise NvctError("building a simulated node needs gcc (not found on PATH)") from None
+        raise NvctError(f"building a simulated node needs {cc[0]} (not found on PATH)") from None
     if os.path.isabs(path) and os.path.exists(path):
-        return path
-    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64"):
+        return os.path.normpath(path)
+    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64") if cc == ("gcc",) else ():
         if os.path.exists(os.path.join(d, soname)):
             return os.path.join(d, soname)
     raise NvctError(f"building a simulated node: glibc's {soname} not found")

@@ -21,29 +21,34 @@ from nvct.fileutil import write_atomic
 from nvct.simulate import datafiles, devices, ldcache, native, procfs
 from nvct.simulate import manifest as _manifest
 from nvct.simulate import topology as _topology
-from nvct.simulate.driver import BINARIES, DEFAULT_DRIVER_VERSION, I386_DIR, X86_64_DIR, Driver, driver
+from nvct.simulate.driver import ARCHES, BINARIES, DEFAULT_DRIVER_VERSION, LIB_DIRS, Driver, driver
 from nvct.simulate.manifest import CONFIG, MANIFEST, load_manifest
 
 #: What a node puts at the top of DIR (besides the manifest); a rebuild removes exactly these.
 TOP_LEVEL = ("usr", "etc", "lib", "dev", "proc", "run", "var", "tmp", CONFIG)
 _STAGING_PREFIX = ".nvct-build-"
+#: The default topology of each architecture but x86-64's (a DGX H100): a Grace Hopper node.
+_DEFAULT_TOPOLOGY = {"aarch64": os.path.join(os.path.dirname(__file__), "gh200.json")}
 _cached_lock = threading.Lock()
 
 
 def build_node(directory: str | os.PathLike, *, driver_version: str = DEFAULT_DRIVER_VERSION,
                topology=None, gpus: int | None = None, mig: bool = True, device_nodes: bool = True,
-               force: bool = False) -> dict:
+               force: bool = False, arch: str = "x86_64") -> dict:
     """Build a simulated node at ``directory`` and return its manifest.
 
     ``topology`` is a dict, a JSON file, or None for the default DGX H100.
     ``directory`` must be absent, empty, or a previous simulated node (which
     is replaced); ``force`` builds into another directory when none of the
     node's top-level names exist there. ``device_nodes=False`` skips mknod
-    (no root needed; NVML then reports the driver as not loaded).
+    (no root needed; NVML then reports the driver as not loaded). ``arch``
+    ``aarch64`` builds an arm64 node (a Grace machine's: its ELF files
+    cross-compiled, its ld cache written by an aarch64 ldconfig).
     """
     target = os.path.abspath(os.fspath(directory))
+    _check_arch(arch)
     drv = driver(driver_version)
-    raw, source = _topology.load(topology)
+    raw, source = _topology.load(topology if topology is not None else _DEFAULT_TOPOLOGY.get(arch))
     topo = _topology.resolve(raw, gpus=gpus, mig=mig, source=source)
     if device_nodes and os.geteuid() != 0:
         raise NvctError(devices.NEEDS_ROOT)
@@ -51,10 +56,11 @@ def build_node(directory: str | os.PathLike, *, driver_version: str = DEFAULT_DR
     os.makedirs(target, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=target)
     try:
-        _populate(staging, target, drv, topo, device_nodes)
-        ldcache.generate(staging)
-        options = _options(driver_version, topology, gpus, mig, device_nodes, topo)
-        manifest = _manifest.build(target, drv, topo, options, device_nodes, list(TOP_LEVEL), ldcache_root=staging)
+        _populate(staging, target, drv, topo, device_nodes, arch)
+        ldcache.generate(staging, arch)
+        options = _options(driver_version, topology, gpus, mig, device_nodes, topo, arch)
+        manifest = _manifest.build(target, drv, topo, options, device_nodes, list(TOP_LEVEL), ldcache_root=staging,
+                                   arch=arch)
         _install(staging, target, previous)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -71,10 +77,11 @@ def cached_node(base_dir: str | os.PathLike, **options) -> dict:
     complete node is reused (within and across processes).
     """
     drv = driver(options.get("driver_version", DEFAULT_DRIVER_VERSION))
-    raw, source = _topology.load(options.get("topology"))
+    topology = options.get("topology")
+    raw, source = _topology.load(topology if topology is not None else _DEFAULT_TOPOLOGY.get(options.get("arch")))
     topo = _topology.resolve(raw, gpus=options.get("gpus"), mig=options.get("mig", True), source=source)
     wanted = _options(drv.version, options.get("topology"), options.get("gpus"), options.get("mig", True),
-                      options.get("device_nodes", True), topo)
+                      options.get("device_nodes", True), topo, options.get("arch", "x86_64"))
     key = hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:16]
     directory = os.path.join(os.fspath(base_dir), f"node-{key}")
     with _cached_lock:
@@ -87,10 +94,18 @@ def cached_node(base_dir: str | os.PathLike, **options) -> dict:
         return build_node(directory, **options)
 
 
-def _options(driver_version, topology, gpus, mig, device_nodes, topo) -> dict:
+def _options(driver_version, topology, gpus, mig, device_nodes, topo, arch="x86_64") -> dict:
     source = "default" if topology is None else ("dict" if isinstance(topology, dict) else os.fspath(topology))
-    return {"driver_version": driver_version, "gpus": gpus, "mig": mig, "device_nodes": device_nodes,
-            "topology": source, "topology_sha256": topo.sha256}
+    out = {"driver_version": driver_version, "gpus": gpus, "mig": mig, "device_nodes": device_nodes,
+           "topology": source, "topology_sha256": topo.sha256}
+    if arch != "x86_64":  # x86-64 nodes' options (and cache keys) as before
+        out["arch"] = arch
+    return out
+
+
+def _check_arch(arch: str) -> None:
+    if arch not in ARCHES:
+        raise NvctError(f"simulated node architecture {arch!r}: expected one of {', '.join(ARCHES)}")
 
 
 def _check_target(target: str, force: bool):
@@ -145,19 +160,19 @@ def _remove(path: str) -> None:
     shutil.rmtree(path)
 
 
-def _populate(root: str, target: str, drv: Driver, topo, device_nodes: bool) -> None:
-    art = native.build(drv, topo, tuple(BINARIES))
-    _libraries(root, drv, art)
+def _populate(root: str, target: str, drv: Driver, topo, device_nodes: bool, arch: str = "x86_64") -> None:
+    art = native.build(drv, topo, tuple(BINARIES), arch)
+    _libraries(root, drv, art, arch)
     _xorg(root, drv, art)
     bindir = os.path.join(root, "usr/bin")
     os.makedirs(bindir)
     for name, src in art.binaries.items():
         _copy(src, os.path.join(bindir, name), 0o755)
-    for rel, text in {**ldcache.LD_SO_CONF, **datafiles.text_files(drv)}.items():
+    for rel, text in {**ldcache.ld_so_conf(arch), **datafiles.text_files(drv)}.items():
         _write(os.path.join(root, rel), text.encode())
     for rel, data in datafiles.binary_files(drv).items():
         _write(os.path.join(root, rel), data)
-    procfs.write(os.path.join(root, "proc"), drv, topo)
+    procfs.write(os.path.join(root, "proc"), drv, topo, arch)
     os.makedirs(os.path.join(root, "dev"))
     if device_nodes:
         devices.create(root, topo, devices.plan(topo))
@@ -169,11 +184,11 @@ def _populate(root: str, target: str, drv: Driver, topo, device_nodes: bool) -> 
     _write(os.path.join(root, CONFIG), _config(target).encode())
 
 
-def _libraries(root: str, drv: Driver, art: native.Artifacts) -> None:
+def _libraries(root: str, drv: Driver, art: native.Artifacts, node_arch: str = "x86_64") -> None:
     by_name = {lib.name: lib for lib in drv.libraries()}
     for (arch, name), src in art.libraries.items():
         lib = by_name[name]
-        directory = os.path.join(root, (X86_64_DIR if arch == "x86_64" else I386_DIR).lstrip("/"), lib.subdir)
+        directory = os.path.join(root, LIB_DIRS[arch].lstrip("/"), lib.subdir)
         os.makedirs(directory, exist_ok=True)
         file_name, soname = drv.file_name(lib), drv.soname(lib)
         _copy(src, os.path.join(directory, file_name), 0o644)
@@ -182,7 +197,7 @@ def _libraries(root: str, drv: Driver, art: native.Artifacts) -> None:
         if lib.dev_link:
             os.symlink(soname, os.path.join(directory, f"{lib.name}.so"))
     if "libnvidia-allocator" in by_name and drv.branch >= 495:
-        gbm = os.path.join(root, X86_64_DIR.lstrip("/"), "gbm")
+        gbm = os.path.join(root, LIB_DIRS[node_arch].lstrip("/"), "gbm")
         os.makedirs(gbm)
         os.symlink("../libnvidia-allocator.so.1", os.path.join(gbm, "nvidia-drm_gbm.so"))
 

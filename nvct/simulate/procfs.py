@@ -33,11 +33,11 @@ _PARAMS_550 = [
 _NEW_IN_550 = {"RmNvlinkBandwidthLinkCount", "ImexChannelCount", "CreateImexChannel0", "GrdmaPciTopoCheckOverride"}
 
 
-def files(drv: Driver, topo: Topology) -> dict:
+def files(drv: Driver, topo: Topology, arch: str = "x86_64") -> dict:
     """Every /proc file, as path relative to the proc root -> (content, mode)."""
     out = {
         "devices": (devices.proc_devices(drv, topo), 0o444),
-        "driver/nvidia/version": (version(drv), 0o444),
+        "driver/nvidia/version": (version(drv, arch), 0o444),
         "driver/nvidia/params": (_params(drv), 0o444),
         "driver/nvidia/registry": ('Binary: ""\n', 0o444),
         "driver/nvidia/capabilities/mig/config": (_cap(1, 0o400), 0o400),
@@ -55,8 +55,8 @@ def files(drv: Driver, topo: Topology) -> dict:
     return out
 
 
-def write(proc_root: str, drv: Driver, topo: Topology) -> None:
-    for rel, (content, mode) in files(drv, topo).items():
+def write(proc_root: str, drv: Driver, topo: Topology, arch: str = "x86_64") -> None:
+    for rel, (content, mode) in files(drv, topo, arch).items():
         path = os.path.join(proc_root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="ascii") as f:
@@ -64,7 +64,11 @@ def write(proc_root: str, drv: Driver, topo: Topology) -> None:
         os.chmod(path, mode)
 
 
-def version(drv: Driver) -> str:
+def version(drv: Driver, arch: str = "x86_64") -> str:
+    if arch != "x86_64":  # Grace nodes run the open kernel module only, which names the arch this way
+        return (f"NVRM version: NVIDIA UNIX Open Kernel Module for {arch}  {drv.version}  Release Build  "
+                f"(dvs-builder@U16-I3-B13-02-1)  {drv.build_date}\n"
+                f"GCC version:  {GCC_VERSION} \n")
     return (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {drv.version}  {drv.build_date}\n"
             f"GCC version:  {GCC_VERSION} \n")
 

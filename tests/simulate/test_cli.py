@@ -44,3 +44,44 @@ def test_errors_are_one_line(tmp_path, capsys):
     assert main(["simulate", "node", str(tmp_path / "n"), "--topology", str(tmp_path / "missing.json")]) == 1
     assert "topology file not found" in capsys.readouterr().err
     assert main(["simulate", "node", str(tmp_path / "n"), "--gpus", "0"]) == 2
+
+
+@needs_root
+def test_simulate_aarch64_node_command(tmp_path, capsys, monkeypatch):
+    from tests.support import arm64
+
+    arm64.ensure_binfmt()
+    monkeypatch.setenv("NVCT_SIMULATE_LDCONFIG_AARCH64", arm64.ldconfig())
+    d = tmp_path / "node"
+    rc = main(["simulate", "node", str(d), "--arch", "aarch64"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    assert out[0].startswith(f"simulated aarch64 node at {d}: 1 x NVIDIA GH200 480GB, 0 MIG device(s), "
+                             "driver 550.54.15, CUDA 12.4, ")
+    m = load_manifest(d)
+    assert (m["arch"], m["options"]["arch"]) == ("aarch64", "aarch64")
+    with open(d / "proc/driver/nvidia/version") as f:
+        assert f.readline().startswith("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  550.54.15  ")
+    assert m["gpus"][0]["bus_id"] == "0009:01:00.0"
+    assert not os.path.exists(d / "usr/lib/i386-linux-gnu") and not os.path.exists(d / "usr/lib/x86_64-linux-gnu")
+    # What aarch64 ldconfig wrote: every driver library flagged libc6,AArch64.
+    from nvct import ldcache
+
+    entries = ldcache.load(d / "etc/ld.so.cache")
+    assert entries and {e.arch for e in entries} == {"aarch64"} and {e.flags for e in entries} == {0x0A03}
+    for name in ("libcuda.so.550.54.15", "libnvidia-ml.so.550.54.15"):
+        with open(d / "usr/lib/aarch64-linux-gnu" / name, "rb") as f:
+            assert f.read(20)[18:20] == (183).to_bytes(2, "little")  # EM_AARCH64
+    with open(d / "usr/bin/nvidia-smi", "rb") as f:
+        assert f.read(20)[18:20] == (183).to_bytes(2, "little")
+
+
+def test_an_aarch64_node_without_an_aarch64_ldconfig_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    if os.uname().machine == "aarch64":
+        return  # its own ldconfig is the node's
+    monkeypatch.delenv("NVCT_SIMULATE_LDCONFIG_AARCH64", raising=False)
+    rc = main(["simulate", "node", str(tmp_path / "node"), "--arch", "aarch64", "--no-device-nodes"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "Traceback" not in err
+    assert "needs an aarch64 ldconfig: set NVCT_SIMULATE_LDCONFIG_AARCH64" in err
+    assert not os.path.exists(tmp_path / "node" / "usr")  # a failed build leaves nothing

@@ -7,8 +7,8 @@
  * both of their <root>/dev/nvidia-caps nodes exist, and fails to initialize
  * without <root>/dev/nvidiactl. <root> is where this library is installed:
  * its own path minus the library directory (found with dladdr), so a copy
- * under DIR/usr/lib/x86_64-linux-gnu looks at DIR/dev and one mounted at
- * /usr/lib/x86_64-linux-gnu inside a container at the container's /dev.
+ * under DIR/usr/lib/x86_64-linux-gnu (aarch64-linux-gnu) looks at DIR/dev and
+ * one mounted there inside a container at the container's /dev.
  *
  * Handles point into static tables and are checked before use: a bad
  * handle is NVML_ERROR_INVALID_ARGUMENT, never a crash.
@@ -48,10 +48,14 @@ static int g_mig_vindex[SIM_NMIGS + 1];  /* MIG -> index among its parent's visi
 /* Library directories stripped from our own path to find the root, longest first. */
 static const char *const k_lib_dirs[] = {
     "/usr/lib/x86_64-linux-gnu/nvidia/current",
+    "/usr/lib/aarch64-linux-gnu/nvidia/current",
     "/usr/local/nvidia/lib64",
     "/usr/local/lib/x86_64-linux-gnu",
+    "/usr/local/lib/aarch64-linux-gnu",
     "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
     "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
     "/usr/local/lib",
     "/usr/lib64",
     "/usr/lib",
