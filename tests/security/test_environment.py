@@ -113,6 +113,7 @@ def _restored(monkeypatch, got: dict, program: str, argv: list) -> dict:
     for name, value in got.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(hookenv, "_caller", None)
+    monkeypatch.setattr(hookenv, "dropped", [])
     monkeypatch.chdir("/")
     hookenv.start(program, [program, *argv])
     return hookenv.caller_environ()
