@@ -242,3 +242,22 @@ def test_the_installer_configures_containerd_2_and_its_pods_get_their_gpu(node, 
         assert {line for line in result.stdout.splitlines() if line.startswith("/dev/")} == \
             expected_nodes(sim_node, [0])
         assert "ok libcuda.so.1" in result.stdout
+
+
+def test_a_version_2_config_kept_through_an_upgrade_to_containerd_2(node, tmp_path):
+    """An upgraded node: the main file still says version 2, containerd 2.1's dump says 3 (the installer's source)."""
+    config = tmp_path / "config.toml"
+    config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nmax_container_log_line_size = 4321\n'
+                      '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+                      'SystemdCgroup = true\nBinaryName = "/usr/sbin/runc"\n')
+    configure(node, str(config), "--config-source", "command", "--set-as-default")
+    drop_in = toml_loads((tmp_path / "conf.d" / "99-nvidia.toml").read_text())
+    assert drop_in["version"] == 2
+    assert list(drop_in["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]) == ["nvidia"]
+    cri = dump(node, str(config))["plugins"][CRI_RUNTIME]
+    assert cri["max_container_log_line_size"] == 4321  # containerd 2.x merges the drop-in key by key
+    assert cri["containerd"]["default_runtime_name"] == "nvidia"
+    handlers = cri["containerd"]["runtimes"]
+    assert handlers["runc"]["options"]["SystemdCgroup"] is True
+    assert handlers["nvidia"]["options"]["SystemdCgroup"] is True
+    assert handlers["nvidia"]["options"]["BinaryName"] == SHIM
