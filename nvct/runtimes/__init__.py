@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from nvct.errors import ConfigError
 from nvct.runtimes.change import (BACKUP_SUFFIX, CLI_OWNER, RECORD_SUFFIX, Change, FileChange, backup_path,
-                                  file_change, load_record, merged_record, record_path,
+                                  file_change, installer_owner, load_record, merged_record, record_path,
                                   undo_from_record)
 from nvct.runtimes.containerd import ContainerdEngine
 from nvct.runtimes.crio import CrioEngine
@@ -31,6 +31,7 @@ from nvct.runtimes.ocihook import DEFAULT_HOOK_BINARY, hook_json, hook_spec
 
 __all__ = [
     "BACKUP_SUFFIX", "CLI_OWNER", "RECORD_SUFFIX", "DEFAULT", "ENGINES", "Change", "FileChange", "Engine", "Options",
+    "installer_owner",
     "backup_path", "record_path", "configure", "unconfigure", "configure_hook", "unconfigure_hook",
     "open_engine", "low_level_runtime_paths", "hook_json", "DEFAULT_HOOK_BINARY",
 ]

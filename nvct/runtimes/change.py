@@ -28,6 +28,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -41,6 +42,12 @@ RECORD_SUFFIX = ".nvct-undo"
 RECORD_VERSION = 2
 #: The owner of the changes ``nvct runtime configure`` (and ``nvidia-ctk runtime configure``) makes.
 CLI_OWNER = "nvct runtime configure"
+#: Owners of installers' layers: this and the toolkit directory.
+INSTALLER_OWNER = "nvct toolkit install "
+#: An installed runtime (``<install-dir>/toolkit/nvidia-container-runtime[.mode]``) as a value in a record's edits.
+_QUOTED_ROOT = re.compile(r'"(/[^"]*/toolkit)/nvidia-container-runtime(?:\.[a-z]+)?"')
+#: Keys of a loaded record that are not written: its file's text, and the text to write instead.
+_RAW, _VERBATIM = "-raw", "-verbatim"
 #: What nvct cannot tell (a file's content before nvct, when someone else edited it in between).
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN"})()
 
@@ -219,6 +226,7 @@ def load_record(anchor: str) -> dict | None:
                 raise ValueError("a layer without files")
             for entry in layer["files"]:
                 entry["edits"] = [Edit.from_json(e) for e in entry.get("edits", [])]
+        record[_RAW] = raw.decode("utf-8")
     except (ValueError, AttributeError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: nvct's undo record is unreadable ({e}); "
                           f"remove it to unconfigure without it") from None
@@ -229,14 +237,21 @@ def _write_record(path: str, record: dict | None) -> None:
     if record is None:
         _remove(path)
         return
-    out = dict(record)
-    out["layers"] = [dict(layer, files=[dict(e, edits=[x.to_json() for x in e["edits"]]) for e in layer["files"]])
-                     for layer in record["layers"]]
-    text = json.dumps(out, indent=2, default=str) + "\n"
+    if isinstance(record.get(_VERBATIM), str):  # the record as a layer found it, byte for byte
+        text = record[_VERBATIM]
+    else:
+        text = _render_record(record)
     try:
         write_atomic(path, text, mode=0o600)
     except OSError as e:
         raise ConfigError(f"{path}: cannot write nvct's undo record: {e.strerror or e}") from None
+
+
+def _render_record(record: dict) -> str:
+    out = {k: v for k, v in record.items() if k not in (_RAW, _VERBATIM)}
+    out["layers"] = [dict(layer, files=[dict(e, edits=[x.to_json() for x in e["edits"]]) for e in layer["files"]])
+                     for layer in record["layers"]]
+    return json.dumps(out, indent=2, default=str) + "\n"
 
 
 def merged_record(old: dict | None, engine: str, files: list, owner: str = CLI_OWNER) -> dict:
@@ -252,8 +267,11 @@ def merged_record(old: dict | None, engine: str, files: list, owner: str = CLI_O
     for f in files:
         if f.path in touched:
             f.backup = False
+    if layers and layers[-1].get("owner") is None and _owned(layers[-1], owner):
+        layers[-1]["owner"] = owner  # an older nvct's record: the layer of the installer it names, or the CLI's
     if not layers or layers[-1].get("owner") != owner:
-        layers.append({"owner": owner, "files": []})
+        # the record as this layer found it: what its undo writes back when nothing below changed
+        layers.append({"owner": owner, "files": [], "record_below": (old or {}).get(_RAW)})
     top = layers[-1]
     entries = {e["path"]: e for e in top["files"]}
     order = [e["path"] for e in top["files"]]
@@ -328,9 +346,23 @@ def owners(record: dict) -> list:
     return [layer.get("owner") for layer in record["layers"]]
 
 
+def installer_owner(root: str) -> str:
+    """The owner of the changes of ``nvct toolkit install`` with its toolkit directory at ``root``."""
+    return INSTALLER_OWNER + root
+
+
 def _owned(layer: dict, owner: str | None) -> bool:
-    """``owner`` None undoes every layer; a layer of no known owner is anyone's."""
-    return owner is None or layer.get("owner") in (owner, None)
+    """``owner`` None undoes every layer. A layer of no known owner (an older nvct's record) is the
+    installer's whose toolkit directory its values name, else ``nvct runtime configure``'s."""
+    if owner is None or layer.get("owner") == owner:
+        return True
+    if layer.get("owner") is not None:
+        return False
+    text = json.dumps([e.to_json() for entry in layer["files"] for e in entry["edits"]])
+    named = [root for root in _QUOTED_ROOT.findall(text)]
+    if owner.startswith(INSTALLER_OWNER):
+        return owner[len(INSTALLER_OWNER):] in named
+    return owner == CLI_OWNER and not named
 
 
 def undo_from_record(record: dict, anchor: str, read: Callable[[str], bytes | None],
@@ -372,6 +404,9 @@ def undo_from_record(record: dict, anchor: str, read: Callable[[str], bytes | No
                 change.dirs_to_remove += list(reversed(entry.get("created_dirs", [])))
     change.files = [FileChange(path, formats[path], before[path], after[path]) for path in before]
     change.record = dict(record, layers=remaining) if remaining else None
+    lowest = layers[mine[0]]
+    if remaining and mine == list(range(mine[0], len(layers))) and isinstance(lowest.get("record_below"), str):
+        change.record[_VERBATIM] = lowest["record_below"]
     bottom = next((e for layer in layers for e in layer["files"] if e["path"] == anchor), None)
     if not remaining and bottom is not None and bottom.get("original") is not None:
         change.backup_original = _original_bytes(bottom["original"])
@@ -441,6 +476,7 @@ def _diff_keys(a: Any, b: Any, prefix: tuple) -> list:
 def _absorb(upper: dict, lower: dict) -> None:
     """``upper`` takes over ``lower``'s changes: its undo puts back the files as they were before both."""
     entries = {e["path"]: e for e in upper["files"]}
+    upper["record_below"] = None  # the record below it changes now
     for old in lower["files"]:
         entry = entries.get(old["path"])
         if entry is None:

@@ -48,7 +48,7 @@ class EngineSetup:
         self.runtimes = layout.runtimes(opts.nvidia_runtime_name)
         #: Whose layer of the undo record this installer's changes are: its and its successors'
         #: (a restarted installer takes over a killed one's), never ``nvct runtime configure``'s.
-        self.owner = f"nvct toolkit install {layout.root}"
+        self.owner = runtimes.installer_owner(layout.root)
         self._change = None
         #: time.monotonic() of this installer's own restart of the daemon (None: it did not restart it).
         self.restarted_at: float | None = None

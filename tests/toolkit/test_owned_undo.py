@@ -135,3 +135,50 @@ def test_the_entry_programs_keep_the_reference_restart_modes(monkeypatch):
     assert seen == [["toolkit", "install"]] * 3
     assert [Options(runtime=e).resolved().restart_mode for e in ("docker", "containerd", "crio")] == \
         ["signal", "signal", "systemd"]
+
+
+def test_an_older_nvcts_record_is_given_back_byte_for_byte(tmp_path):
+    """A version 1 record (one layer, owner unknown) under an installer's: its undo writes it back as it was."""
+    import json
+
+    etc, config = _configured_by_ctk(tmp_path)
+    record = etc / "config.toml.nvct-undo"
+    data = json.loads(record.read_text())
+    [layer] = data["layers"]
+    record.write_text(json.dumps({"nvct-undo": 1, "engine": data["engine"], "files": layer["files"]}, indent=1))
+    before = _snapshot(etc)
+    inst = Installation(_options(tmp_path, config, restart_mode="none"), lambda _m: None)
+    inst.install()
+    assert json.loads(record.read_text())["nvct-undo"] == 2
+    inst.uninstall()
+    assert _snapshot(etc) == before
+
+
+def _as_version_1(record) -> None:
+    import json
+
+    data = json.loads(record.read_text())
+    files = [entry for layer in data["layers"] for entry in layer["files"]]
+    record.write_text(json.dumps({"nvct-undo": 1, "engine": data["engine"], "files": files}, indent=1))
+
+
+def test_an_older_installers_record_is_taken_over_by_the_new_installer(tmp_path):
+    """A killed installer of an older nvct left a version 1 record naming its toolkit: the new one undoes it."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    config = etc / "config.toml"
+    config.write_text(CONTAINERD)
+    opts = _options(tmp_path, config, restart_mode="none")
+    Installation(opts, lambda _m: None).install()  # then killed: its files and record stay
+    _as_version_1(etc / "config.toml.nvct-undo")
+    inst = Installation(opts, lambda _m: None)
+    inst.install()
+    inst.uninstall()
+    assert _snapshot(etc) == {"config.toml": CONTAINERD.encode()}
+
+
+def test_an_older_runtime_configure_record_is_undone_by_runtime_unconfigure(tmp_path):
+    etc, config = _configured_by_ctk(tmp_path)
+    _as_version_1(etc / "config.toml.nvct-undo")
+    runtimes.unconfigure("containerd", str(config))
+    assert _snapshot(etc) == {"config.toml": CONTAINERD.encode()}
