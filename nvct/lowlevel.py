@@ -158,6 +158,7 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
         entries = dict(lines)
         fileutil.replace_at(top, "runtimes", "".join(
             "\t".join((k, *e)) + "\n" for k, e in lines).encode("utf-8", "surrogateescape"))
+        _remove_stamps(top)
         for sub, column in ((NAMES, 3), (HOOKS, 2)):
             if dirs.get(sub) is None:
                 dirs[sub] = fileutil.open_private_dir(top, os.path.basename(sub), create=False)
@@ -258,6 +259,24 @@ def _content_name(text: str) -> str:
     except ImportError:  # pragma: no cover - an interpreter without it
         from hashlib import blake2b
     return blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+
+
+def _remove_stamps(top: int) -> None:
+    """An older nvct's ``stamps`` folder (mtime stamps, superseded by the identity on the line)."""
+    from nvct import fileutil
+
+    fd = fileutil.open_private_dir(top, "stamps", create=False)
+    if fd is None:
+        return
+    try:
+        for name in os.listdir(fd):
+            _unlink_at(fd, name)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir("stamps", dir_fd=top)
+    except OSError:
+        pass
 
 
 def _prune(dir_fd: int, keep: set[str]) -> None:

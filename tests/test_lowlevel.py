@@ -231,3 +231,15 @@ print(sorted(f for top, dirs, files in os.walk(d) for f in files))
     assert all("No space left on device" in line for line in lines[:3]), lines
     assert lines[3].startswith("1 [") and "config-cache/%etc%x.toml.marshal: not written: No space left" in lines[3]
     assert lines[4] == "['fill']"  # nothing else, under any name
+
+
+def test_an_older_nvcts_stamps_go_with_the_next_write(tmp_path, monkeypatch):
+    need_root("the record is root-only")
+    lowlevel, cache = _cache_in(tmp_path, monkeypatch)
+    stamps = tmp_path / "nvct" / "stamps"
+    stamps.mkdir(mode=0o700)
+    (stamps / "0123abcd").write_text("")
+    cache.write_text("/etc/a.toml\t/usr/sbin/runc\t/run/nvct/stamps/0123abcd\n")  # an older line: not used
+    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc")
+    assert not stamps.exists()
+    assert [line.split("\t")[:3] for line in cache.read_text().splitlines()] == [["/etc/a.toml", "/usr/sbin/runc", "-"]]

@@ -499,3 +499,22 @@ leftovers = sorted(os.path.join(top, f)[len("/run"):] for top, _, files in os.wa
                    if f.endswith(".tmp")) + sorted(f for f in os.listdir(bundle) if f.endswith(".tmp"))
 print(json.dumps([n + 1, failed, leftovers]))
 '''
+
+
+def test_a_full_run_nvct_is_said_in_a_debug_line_and_leaves_nothing(tmp_path):
+    """Issue 28: with /run full, every start paid Python silently and left temporaries behind."""
+    _needs_root()
+    runtime = _recording_runtime(tmp_path, "runc")
+    log = tmp_path / "nvct.log"
+    config = _config(tmp_path, runtime, f'debug = "{log}"\nlog-level = "debug"\n')
+    age(config)
+    script = ('mount -t tmpfs -o size=16k,mode=0700 nvct-full /run/nvct && '
+              'head -c 1048576 /dev/zero > /run/nvct/fill 2>/dev/null; '
+              'for n in 1 2 3; do "$0" state c1; done; find /run/nvct -type f')
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, SHIM],
+                       env={"PATH": "/usr/bin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH": config},
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.splitlines()[-1:] == ["/run/nvct/fill"], r.stdout + r.stderr  # no other file, no temporary
+    lines = [line for line in log.read_text().splitlines() if "cache not used" in line]
+    assert len(lines) >= 3 and all("No space left on device" in line for line in lines), log.read_text()
+    assert (tmp_path / "argv").read_text().split() == ["runc", "state", "c1"]
