@@ -45,7 +45,8 @@ def find(names: list[str]) -> str:
 #:   config (:func:`nvct.request.request_markers`). The fronts never work them out themselves.
 #:
 #: Every file is named by its content's hash and written once, so concurrent writers agree. All of
-#: it is opened from a /run/nvct that is root's, mode 0700, through no symlink (:mod:`nvct.fileutil`).
+#: it is opened from a /run/nvct that is root's and writable by no one else, through no symlink in
+#: any component (:mod:`nvct.fileutil`).
 CACHE_DIR = "/run/nvct"
 CACHE = CACHE_DIR + "/runtimes"
 HOOKS = CACHE_DIR + "/legacy-hooks"
@@ -122,11 +123,11 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
     old = entries.get(config_path)
     if runtime is None:
         keep = old is not None and old[1] == mark and mark != _UNTRUSTED
-        runtime, hooks = (old[0], old[2]) if keep else (_NONE, _NONE)  # type: ignore[index]
+        line_runtime, hooks = (old[0], old[2]) if keep else (_NONE, _NONE)  # type: ignore[index]
         hooks_text = None
     else:
-        hooks = _content_name(hooks_text) if hooks_text else _NONE
-    entry = (runtime, mark, hooks, _content_name(names_text))
+        line_runtime, hooks = runtime, (_content_name(hooks_text) if hooks_text else _NONE)
+    entry = (line_runtime, mark, hooks, _content_name(names_text))
     if not locked and (old != entry or not _holds(top, entry, names_text, hooks_text)):
         # Writers take turns (flock on /run/nvct, released when the process ends, killed too): a
         # line written between another writer's read and write would be lost, a file another

@@ -190,6 +190,8 @@ def test_the_hook_records_names_and_keeps_the_shims_runtime_only_for_the_same_co
     shims = _line(cache, "/etc/a.toml")
     lowlevel.remember("/etc/a.toml", "1:2:3:4.000000001:5.000000001", NAMES)
     assert _line(cache, "/etc/a.toml") == shims
+    lowlevel.remember("/etc/a.toml", "1:2:3:4.000000001:5.000000001", [*NAMES, "Y/"])  # rewritten, locked
+    assert _line(cache, "/etc/a.toml")[:4] == shims[:4]
     lowlevel.remember("/etc/a.toml", "1:2:3:4.000000001:6.000000001", [*NAMES, "X/"])  # changed since
     key, runtime, mark, hooks, names = _line(cache, "/etc/a.toml")
     assert (runtime, mark, hooks) == ("-", "1:2:3:4.000000001:6.000000001", "-")
