@@ -156,6 +156,7 @@ class EngineSetup:
             return
         else:
             self._sighup(signal_attempts)
+        self._applied = True  # told, even if the wait below fails: the undo must tell it again
         if opts.runtime == "docker":
             if configured:
                 default = opts.nvidia_runtime_name if opts.set_as_default else None
