@@ -52,7 +52,8 @@ _REQUIRED_MASK = 0xFF00
 _ELF_TYPES = (0x0001, 0x0002, 0x0003)  # FLAG_ELF, FLAG_ELF_LIBC5, FLAG_ELF_LIBC6
 
 # FLAG_*_LIB* "required" bits -> architecture name.  No bits at all marks a
-# plain 32-bit entry, which on the hosts nvct supports (x86) is i386.
+# plain 32-bit entry, which on the hosts NVIDIA's drivers support is i386 (an
+# x86-64 host's compat32 libraries; arm64 ldconfig flags its own AArch64).
 _ARCHES = {
     0x0000: "i386",
     0x0100: "sparc64",

@@ -1,4 +1,4 @@
-"""arm64 (Grace, sbsa) GPU containers on the simulated aarch64 node, through real runc under qemu.
+"""arm64 (Grace, sbsa) GPU containers on the simulated aarch64 node, through real runc and crun under qemu.
 
 The node (``nvct simulate node --arch aarch64``: a GH200) has cross-compiled
 driver libraries and an ld cache written by Debian arm64's ldconfig; the
@@ -73,9 +73,11 @@ def test_the_node_is_arm64_with_no_32_bit_libraries(grace_node):
 
 
 @pytest.mark.parametrize("mode", ["legacy", "jit-cdi", "cdi"])
-def test_arm64_container_gets_the_gpu_through_the_shim(tmp_path, grace_node, arm64_rootfs, mode):
-    result = run_gpu(tmp_path, grace_node, arm64_rootfs, mode=mode, env=["NVIDIA_VISIBLE_DEVICES=all"],
-                     command=CHECK, cli_config=_cli(), timeout=120)
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_arm64_container_gets_the_gpu_through_the_shim(tmp_path, grace_node, arm64_rootfs, runtime, mode):
+    need_runtime(runtime)
+    result = run_gpu(tmp_path, grace_node, arm64_rootfs, mode=mode, runtime=runtime,
+                     env=["NVIDIA_VISIBLE_DEVICES=all"], command=CHECK, cli_config=_cli(), timeout=120)
     _check(result, grace_node)
 
 
