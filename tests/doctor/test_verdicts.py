@@ -10,6 +10,7 @@ its GPU.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,9 @@ import yaml
 
 from nvct import doctor
 from tests.support.bundle import make_bundle
+from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries
 from tests.support.gpu_runs import PATH_ENV, SHIM, VENV_BIN, need_runtime
+from tests.support.proc import wait_until
 from tests.support.runtimes import run_container
 
 from .nodes import GpuNode, by_id, write
@@ -313,4 +316,43 @@ def _gets_gpu(node: GpuNode, rootfs: str, mode: str, command: str, name: str) ->
     bundle = make_bundle(os.path.join(node.tmp, f"bundle-{name}"), rootfs, ["sh", "-c", command],
                          env=[PATH_ENV, f"NVIDIA_VISIBLE_DEVICES={request}"])
     result = run_container([SHIM], bundle, env=_env(node, PATH=os.environ.get("PATH", "/usr/bin:/bin")))
+    return result.rc == 0 and f"UUID: {node.manifest['gpus'][GPU]['uuid']}" in result.stdout
+
+
+def test_a_docker_runtime_that_is_gone_fails_in_doctor_and_in_docker(tmp_path, busybox_image_tar):
+    """runtime.docker against a real dockerd: its nvidia runtime names a missing program, so
+    docker run --runtime=nvidia fails; the fix as printed (configure, then SIGHUP) makes it work."""
+    need_runtime("runc")
+    need_binaries("/usr/sbin/dockerd", "/usr/bin/docker")
+    from tests.support.docker import Dockerd
+
+    node = GpuNode(tmp_path, real=True)
+    with Dockerd(runtimes={"nvidia": "/nonexistent/nvidia-container-runtime"},
+                 extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": node.config}) as dockerd:
+        dockerd.load(busybox_image_tar)
+        options = dict(docker_config=dockerd.config_file, docker_socket=dockerd.socket,
+                       docker_pidfile=dockerd.pidfile)
+        findings = node.doctor(**options)
+        assert not _docker_gets_gpu(dockerd, node)
+        assert doctor.exit_code(findings) == 1
+        docker = by_id(findings, "runtime.docker")[0]
+        assert docker.status == "fail" and "GPU containers fail to start" in docker.seen, doctor.render_text(findings)
+
+        command = docker.fix.replace("; then reload dockerd: ", " && ")
+        proc = subprocess.run(["sh", "-ec", command], capture_output=True, text=True, timeout=60,
+                              env=_env(node, PATH=f"{VENV_BIN}:{os.environ['PATH']}"))
+        assert proc.returncode == 0, (command, proc.stderr)
+        assert wait_until(lambda: _docker_runtime(dockerd) == SHIM, 20, 0.1), dockerd.log_tail()
+        assert by_id(node.doctor(**options), "runtime.docker")[0].status == "ok"
+        assert _docker_gets_gpu(dockerd, node)
+
+
+def _docker_runtime(dockerd) -> str | None:
+    info = dockerd.docker(["info", "--format", "{{json .Runtimes}}"], timeout=10)
+    return (json.loads(info.stdout).get("nvidia") or {}).get("path") if info.ok else None
+
+
+def _docker_gets_gpu(dockerd, node: GpuNode) -> bool:
+    result = dockerd.run(["--rm", "--runtime=nvidia", "-e", f"NVIDIA_VISIBLE_DEVICES={GPU}", BUSYBOX_IMAGE,
+                          "nvidia-smi", "-L"])
     return result.rc == 0 and f"UUID: {node.manifest['gpus'][GPU]['uuid']}" in result.stdout
