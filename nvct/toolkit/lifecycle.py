@@ -84,5 +84,9 @@ def run(opts: Options, log: Callable[[str], None] = stderr_log) -> int:
             return 0
         log(f"{signal.Signals(received).name}: removing what was installed")
         installation.uninstall()
-        log("removed everything that was installed")
+        from nvct.toolkit import standin
+
+        left = standin.standins(installation.layout.root)
+        log("removed everything that was installed" + (
+            f", but {len(left)} stand-in(s) for running containers (above)" if left else ""))
     return 0

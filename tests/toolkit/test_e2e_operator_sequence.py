@@ -115,6 +115,7 @@ def test_the_operators_day_two_with_containerd(containerd, sim_node, tmp_path):
         # 6. the installer gets SIGTERM
         assert installer.stop(signal.SIGTERM) == 0, installer.log()
     assert f"left a stand-in at {runtime}" in installer.log()
+    assert "removed everything that was installed, but 1 stand-in(s) for running containers" in installer.log()
     assert os.listdir(installer.toolkit) == ["nvidia-container-runtime"]
     # a new container cannot be started on the stand-in: one line says why
     refused = containerd.ctr(["run", "--rm", "--runc-binary", runtime, BUSYBOX_IMAGE_QUALIFIED, "refused", "true"])
