@@ -356,3 +356,31 @@ def _docker_gets_gpu(dockerd, node: GpuNode) -> bool:
     result = dockerd.run(["--rm", "--runtime=nvidia", "-e", f"NVIDIA_VISIBLE_DEVICES={GPU}", BUSYBOX_IMAGE,
                           "nvidia-smi", "-L"])
     return result.rc == 0 and f"UUID: {node.manifest['gpus'][GPU]['uuid']}" in result.stdout
+
+
+def test_a_containerd_runtime_that_is_gone_fails_in_doctor_and_in_cri(tmp_path, busybox_image_tar, pause_image_tar):
+    """runtime.containerd against a real containerd: a pod through the nvidia handler whose binary is
+    missing fails, and doctor fails naming the file and the runtime."""
+    need_runtime("runc")
+    need_binaries("/usr/bin/containerd")
+    from tests.support.containerd import K8S_NAMESPACE, Containerd
+    from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED
+
+    node = GpuNode(tmp_path, real=True)
+    env = {"NVIDIA_CTK_CONFIG_FILE_PATH": node.config}
+    with Containerd(runtimes={"nvidia": "/nonexistent/nvidia-container-runtime", "working": SHIM},
+                    extra_env=env) as containerd:
+        for tar in (busybox_image_tar, pause_image_tar):
+            containerd.import_image(tar, K8S_NAMESPACE)
+        findings = node.doctor(containerd_config=containerd.config_file)
+        request = {"NVIDIA_VISIBLE_DEVICES": str(GPU)}
+        broken = containerd.cri_run(BUSYBOX_IMAGE_QUALIFIED, ["nvidia-smi", "-L"], runtime_handler="nvidia",
+                                    env=request)
+        working = containerd.cri_run(BUSYBOX_IMAGE_QUALIFIED, ["nvidia-smi", "-L"], runtime_handler="working",
+                                     env=request)
+    uuid = f"UUID: {node.manifest['gpus'][GPU]['uuid']}"
+    assert not (broken.rc == 0 and uuid in broken.stdout)
+    assert working.rc == 0 and uuid in working.stdout, working.describe()
+    bad = [f for f in by_id(findings, "runtime.containerd") if f.status == "fail"]
+    assert doctor.exit_code(findings) == 1 and len(bad) == 1, doctor.render_text(findings)
+    assert "runtime 'nvidia' runs /nonexistent/nvidia-container-runtime" in bad[0].seen
