@@ -101,13 +101,13 @@ def _by_python(front, tmp_path, text, argv_before=()):
         return json.load(f)
 
 
-def _create(front, tmp_path, text, argv_before=(), name="bundle"):
+def _create(front, tmp_path, text, argv_before=(), name="bundle", keep=()):
     """The front's create of ``text``: (config.json after, Python starts it took)."""
     bundle = _bundle(tmp_path / name, text)
     before = front.starts()["shim"]
     r = _run(front, [*argv_before, "create", "--bundle", bundle, "c1"])
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(bundle)) == ["config.json"]  # nothing left beside it
+    assert sorted(os.listdir(bundle)) == sorted(["config.json", *keep])  # nothing left beside it
     with open(os.path.join(bundle, "config.json")) as f:
         return json.load(f), front.starts()["shim"] - before
 
@@ -369,3 +369,16 @@ def test_a_config_replaced_keeping_its_mtime_goes_to_python(tmp_path, how):
     r, spec, starts = _private_create(front, tmp_path)
     assert starts == 1, r.stderr
     assert [h["path"] for h in spec["hooks"]["prestart"]] == [str(other_hook)]
+
+
+def test_a_killed_fronts_temporary_in_the_bundle_goes_with_the_next_create(front, tmp_path):
+    """The front writes config.json beside it as .nvct-<its pid>.tmp; one a kill left (its pid gone)
+    is removed by the next create of that bundle, which leaves nothing else beside config.json."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / f".nvct-{p.pid}.tmp").write_text('{"half')
+    (bundle / f".nvct-{os.getpid()}.tmp").write_text("")  # a live writer's: kept
+    got, starts = _create(front, tmp_path, _compact(_spec(None)), keep=[f".nvct-{os.getpid()}.tmp"])
+    assert starts == 0 and got["hooks"]["prestart"] == [_hook(front)]
