@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -226,8 +227,6 @@ def _drop_legacy_hooks(spec: dict) -> list[str]:
 
 def _jit_marks(spec: dict, bundle: str | None, notes: list[str]) -> bool:
     """Take out the params-mask hook jit-cdi and cdi mode add; whether anything of theirs was found."""
-    import os
-
     from nvct import prepare
 
     found = False

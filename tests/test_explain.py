@@ -228,3 +228,21 @@ def test_spec_from_options_builds_what_an_engine_passes():
 def test_spec_from_options_rejects_malformed_options(kwargs, message):
     with pytest.raises(RequestError, match=message):
         explain.spec_from_options(**kwargs)
+
+
+def test_a_void_that_nvct_did_not_set_is_the_request():
+    """NVIDIA_VISIBLE_DEVICES=void from the engine (no nvct hook, node or params file): no GPU asked."""
+    spec = gpu_spec("NVIDIA_VISIBLE_DEVICES=void")
+    assert explain.unrewrite(spec, config_mod.Config(env={})) == (spec, [])
+
+
+@pytest.mark.parametrize("value", ["0,3", "0:1", "none", "all"])
+def test_unrewrite_finds_the_request_in_what_the_shim_wrote(node, value):
+    """Without a bundle (the shim's spec edits only): the request whose edits the spec holds."""
+    config = config_for(node, "jit-cdi")
+    original = gpu_spec(f"NVIDIA_VISIBLE_DEVICES={value}")
+    written = shim_writes(original, config)
+    assert "NVIDIA_VISIBLE_DEVICES=void" in written["process"]["env"]
+    spec, notes = explain.unrewrite(written, config)
+    assert f"the request whose edits this spec holds: NVIDIA_VISIBLE_DEVICES={value}" in notes[-2]
+    assert explain.explain(spec, config).edits.to_json() == explain.explain(original, config).edits.to_json()
