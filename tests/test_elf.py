@@ -218,3 +218,17 @@ def test_abi_tag_of_corrupt_bytes_is_a_tag_none_or_error(sample, tmp_path, data)
         assert "\n" not in str(e)
     else:
         assert tag is None or len(tag) == 3
+
+
+def test_aarch64_library(tmp_path):
+    # Grace (arm64) drivers: EM_AARCH64 (183), read with the same program-header walk as x86-64.
+    from nvct.simulate.native import compiler
+
+    (tmp_path / "f.c").write_text(C_SOURCE)
+    (tmp_path / "tag.s").write_text(ABI_TAG_ASM)
+    out = tmp_path / "libarm.so.1"
+    subprocess.run([*compiler("aarch64"), "-shared", "-fPIC", "-Wl,-soname,libarm.so.1", "-o", str(out),
+                    str(tmp_path / "f.c"), str(tmp_path / "tag.s")], check=True, capture_output=True)
+    assert elf.read(out) == ElfInfo(elf_class=64, machine="aarch64", soname="libarm.so.1",
+                                    needed=("libc.so.6",), abi_tag=(3, 2, 0))
+    assert elf.abi_tag(str(out)) == (3, 2, 0)

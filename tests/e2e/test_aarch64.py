@@ -46,7 +46,12 @@ def arm64_rootfs(tmp_path):
 
 
 def _cli() -> str:
-    """The node's ldconfig is arm64's, as on a Grace host (the fallback where the patch cannot)."""
+    """The node's ldconfig is arm64's, as on a Grace host.
+
+    Only the patch is exercised here: the fallback runs ldconfig from an fd,
+    and the kernel refuses (ENOENT) a binfmt_misc interpreter for a
+    close-on-exec fd's file, so qemu cannot run it on this machine.
+    """
     return f'ldconfig = "@{arm64.ldconfig()}"'
 
 
