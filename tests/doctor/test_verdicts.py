@@ -201,6 +201,12 @@ FAULTS = {
     "no-gpu-in-procfs": Fault("driver.gpus", "fail", "no GPU in", False,
                               lambda n: shutil.rmtree(n.path("proc/driver/nvidia/gpus")),
                               fix="needs the GPUs back on the bus"),
+    "driver-version-unreadable": Fault("driver.version", "fail", "", False,
+                                       lambda n: write(n.path("proc/driver/nvidia/version"), "garbage\n"),
+                                       fix="needs the module reloaded"),
+    "no-cgroup-mounts": Fault("cgroup.version", "warn", "no cgroup", True,
+                              lambda n: write(n.path("proc/1/mountinfo"), ""), modes=("jit-cdi", "legacy"),
+                              fix="needs cgroups mounted on the host"),
     # nvct's config.
     "config-does-not-parse": Fault("config.file", "fail", "line", False,
                                    lambda n: _runtime_key(n, "mode = ["), fix="an edit of the file"),
