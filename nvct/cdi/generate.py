@@ -205,7 +205,8 @@ def _imex_entries(driver: Driver, device_ids: Sequence[str]) -> list[tuple[str, 
             DeviceNode(node.path, node.major, node.minor, host_path=node.host_path, file_mode=node.file_mode,
                        reason=f"IMEX channel {channel}")])))
     if not entries:
-        raise DriverError(f"--mode imex: no IMEX channels under {driver.dev_host_path('/dev/nvidia-caps-imex-channels')}")
+        where = driver.dev_host_path("/dev/nvidia-caps-imex-channels")
+        raise DriverError(f"--mode imex: no IMEX channels under {where}")
     return entries
 
 

@@ -97,7 +97,8 @@ def test_podman_applies_an_imex_channel_spec(private_podman, gated_node, entry_p
     with cdi_spec(_generate(entry_points, gated_node, vendor, "--mode", "imex", "--class", "imex-channel"),
                   directory=CDI_DIRS[1], suffix=".yaml"):
         result = private_podman.run(["--rm", "--device", f"{vendor}/imex-channel=1", BUSYBOX_IMAGE_QUALIFIED,
-                                     "sh", "-c", "find /dev/nvidia-caps-imex-channels -type c; ls /dev/nvidia0 || true"])
+                                     "sh", "-c", "find /dev/nvidia-caps-imex-channels -type c; "
+                                     "ls /dev/nvidia0 || true"])
     assert result.ok, result.describe()
     assert result.stdout.split()[0] == "/dev/nvidia-caps-imex-channels/channel1", result.describe()
     assert "channel0" not in result.stdout and "/dev/nvidia0\n" not in result.stdout, result.describe()

@@ -77,6 +77,8 @@ def _mount_targets(raw: dict) -> set[str]:
     (_G + "DISABLED_HOOKS", "all", lambda r, n: "hooks" not in r["containerEdits"]),
     (_G + "DISABLED_HOOKS", "create-symlinks,update-ldcache",
      lambda r, n: _steps(r) == ["enable-cuda-compat", "disable-device-node-modification", "bind-mount"]),
+    (_G + "ENABLED_HOOKS", "chmod", lambda r, n: "chmod" not in _steps(r) and len(_steps(r)) == 5),
+    (_G + "OUTPUT_FORMAT", "JSON", lambda r, n: r["kind"] == "nvidia.com/gpu"),
     (_G + "FEATURE_FLAGS", "disable-ipc-discoverer",
      lambda r, n: not {"/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"} & _mount_targets(r)
      and "bind-mount" not in _steps(r)),
@@ -86,6 +88,12 @@ def _mount_targets(raw: dict) -> set[str]:
 def test_each_variable_is_read(entry_points, node, var, value, check, debug):
     raw = _spec(_generate(entry_points, node, env={var: value}, debug=debug))
     assert check(raw, node), raw["devices"][:2]
+
+
+def test_enabled_hooks_variable_overrides_disabled_ones(entry_points, node):
+    env = {_G + "DISABLED_HOOKS": "all", _G + "ENABLED_HOOKS": "update-ldcache"}
+    raw = _spec(_generate(entry_points, node, env=env))
+    assert _steps(raw) == ["update-ldcache", "bind-mount"]
 
 
 def test_the_format_variable_and_its_deprecated_alias(entry_points, node):
