@@ -20,12 +20,14 @@ VALUE, LIST, FLAG = "value", "list", "flag"
 class Option:
     """One option: its names, parameter, kind, variables (first wins), choices, help."""
 
-    __slots__ = ("names", "param", "kind", "env", "choices", "metavar", "help")
+    __slots__ = ("names", "param", "kind", "env", "choices", "metavar", "help", "default")
 
     def __init__(self, names: tuple[str, ...], param: str, kind: str, env: tuple[str, ...],
-                 help: str, *, choices: tuple[str, ...] | None = None, metavar: str | None = None):
+                 help: str, *, choices: tuple[str, ...] | None = None, metavar: str | None = None,
+                 default=None):
         self.names, self.param, self.kind, self.env = names, param, kind, env
         self.help, self.choices, self.metavar = help, choices, metavar
+        self.default = default if default is not None else {LIST: (), FLAG: False}.get(kind)
 
 
 _MODES = ("auto", "nvml", "management", "gds", "mofed", "gdrcopy", "nvswitch", "imex", "csv", "wsl")
@@ -33,25 +35,27 @@ _G = "NVIDIA_CTK_CDI_GENERATE_"
 
 OPTIONS = (
     Option(("--output",), "output", VALUE, ("NVIDIA_CTK_CDI_OUTPUT_FILE_PATH",),
-           "Write here (atomically) instead of to stdout; a name without .yaml/.json gets one.", metavar="FILE"),
+           "Write here (atomically) instead of to stdout; a name without .yaml/.json gets one.", metavar="FILE",
+           default=""),
     Option(("--format",), "fmt", VALUE, (_G + "OUTPUT_FORMAT",),
            "Output format (default: from the --output extension, else yaml).", choices=("yaml", "json")),
     Option(("--mode", "--discovery-mode"), "mode", VALUE, (_G + "MODE",),
            "auto/nvml: the GPUs; management: one 'all' device with every NVIDIA device node; gds, mofed, "
            "gdrcopy, nvswitch: one 'all' device with that subsystem's nodes; imex: a device per IMEX channel "
-           "(default: auto).", choices=_MODES),
+           "(default: auto).", choices=_MODES, default="auto"),
     Option(("--device-name-strategy",), "strategies", LIST, (_G + "DEVICE_NAME_STRATEGIES",),
            "index, uuid or type-index; repeat for several names each (default: index and uuid).",
            metavar="STRATEGY"),
     Option(("--device-id", "--device-ids", "--device", "--devices"), "device_ids", LIST, (_G + "DEVICE_IDS",),
            "Only these GPUs/MIG devices (index, GPU:MIG, UUID, PCI bus id, all, none), or IMEX channels "
-           "(default: all).", metavar="ID"),
+           "(default: all).", metavar="ID", default=("all",)),
     Option(("--driver-root",), "driver_root", VALUE, ("NVIDIA_CTK_DRIVER_ROOT",),
            "Where the driver's files are (default: the config's nvidia-container-cli.root).", metavar="DIR"),
     Option(("--dev-root",), "dev_root", VALUE, ("NVIDIA_CTK_DEV_ROOT",),
            "Where /dev is (default: --driver-root when given, else the config's).", metavar="DIR"),
-    Option(("--vendor", "--cdi-vendor"), "vendor", VALUE, (_G + "VENDOR",), "CDI vendor (default: nvidia.com)."),
-    Option(("--class", "--cdi-class"), "cls", VALUE, (_G + "CLASS",), "CDI class (default: gpu)."),
+    Option(("--vendor", "--cdi-vendor"), "vendor", VALUE, (_G + "VENDOR",), "CDI vendor (default: nvidia.com).",
+           default="nvidia.com"),
+    Option(("--class", "--cdi-class"), "cls", VALUE, (_G + "CLASS",), "CDI class (default: gpu).", default="gpu"),
     Option(("--nvidia-cdi-hook-path", "--nvidia-ctk-path", "--hook-path"), "hook_path", VALUE,
            ("NVIDIA_CTK_CDI_HOOK_PATH",),
            "The program the createContainer hook runs; a bare name is looked up on PATH (default: this nvct).",
@@ -80,11 +84,6 @@ OPTIONS = (
 )
 #: Variables nvct read by mistake once: still read, with a warning.
 DEPRECATED_ENV = {"NVIDIA_CTK_CDI_OUTPUT_FORMAT": _G + "OUTPUT_FORMAT"}
-_DEFAULTS = {"output": "", "fmt": None, "mode": "auto", "strategies": (), "device_ids": ("all",),
-             "driver_root": None, "dev_root": None, "vendor": "nvidia.com", "cls": "gpu", "hook_path": None,
-             "ldconfig_path": None, "disabled_hooks": (), "enabled_hooks": (), "feature_flags": (),
-             "library_search_paths": (), "config_search_paths": (), "csv_files": (), "csv_ignore_patterns": (),
-             "csv_compat_root": None, "no_all_device": False}
 _BY_NAME = {name: opt for opt in OPTIONS for name in opt.names}
 #: case-insensitive choices, as the reference lowers them
 _FOLDED = ("fmt", "mode")
@@ -138,11 +137,16 @@ def _parse(argv: list[str]) -> dict | None:
 
 
 def resolve(given: dict, environ, config) -> dict:
-    """Every parameter: given > variable > config > default."""
+    """Every parameter: given > variable > config > default.
+
+    The device root defaults to a driver root given by flag or variable (the
+    reference's rule); else it stays None, for the config's.
+    """
     from nvct.errors import NvctError
     from nvct.log import logger
 
-    out = dict(_DEFAULTS)
+    out = {opt.param: opt.default for opt in OPTIONS}
+    root_given = False
     for opt in OPTIONS:
         if opt.param in given:
             raw, source = given[opt.param], opt.names[0]
@@ -157,6 +161,7 @@ def resolve(given: dict, environ, config) -> dict:
                     break
             if raw is None:
                 continue
+        root_given = root_given or opt.param == "driver_root"
         if opt.kind == FLAG:
             if raw is True or raw in _TRUE:
                 out[opt.param] = True
@@ -172,6 +177,8 @@ def resolve(given: dict, environ, config) -> dict:
         if opt.choices and value not in opt.choices:
             raise NvctError(f"{source}: invalid value {raw!r} (one of {', '.join(opt.choices)})")
         out[opt.param] = value
+    if out["dev_root"] is None and root_given:
+        out["dev_root"] = out["driver_root"]
     if out["driver_root"] is None:
         out["driver_root"] = config.get("nvidia-container-cli.root") or None
     return out
@@ -191,11 +198,7 @@ def run(config, given: dict) -> str | None:
     fmt = output_format(o["fmt"], o["output"])
     hook_path = _hook_path(o["hook_path"]) if o["hook_path"] else hook_executable(config)
     ldconfig = o["ldconfig_path"] or ldconfig_setting(config)
-    dev_root = o["dev_root"]
-    if dev_root is None:
-        dev_root = o["driver_root"] if "driver_root" in given or os.environ.get("NVIDIA_CTK_DRIVER_ROOT") \
-            else config.dev_root
-    driver = Driver(o["driver_root"] or config.driver_root, dev_root or "/", config.proc_root,
+    driver = Driver(o["driver_root"] or config.driver_root, o["dev_root"] or config.dev_root, config.proc_root,
                     config.get("nvidia-container-cli.ldcache") or None)
     generation = features.Generation(o["feature_flags"], o["disabled_hooks"], o["enabled_hooks"])
     device_ids = o["device_ids"] or ("all",)

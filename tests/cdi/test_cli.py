@@ -106,6 +106,9 @@ def test_generate_for_8_gpus_with_mig_is_fast(entry_points, mig_node, tmp_path):
     ("--hook-path", "/usr/bin/nvct"),
     ("--format=JSON", "--device-id", "0,1", "--device-name-strategy", "uuid", "--no-all-device"),
     ("--vendor", "example.com", "--class=gpu", "--mode", "management"),
+    ("--disable-hooks=create-symlinks,update-ldcache", "--enable-hook", "update-ldcache", "--feature-flag",
+     "disable-ipc-discoverer", "--ldconfig-path", "/sbin/ldconfig.real", "--devices", "1", "--cdi-class", "x"),
+    ("--mode=IMEX", "--nvidia-ctk-path", "/opt/nvidia-ctk", "--device", "all"),
 ])
 def test_generate_without_click_writes_what_the_click_path_writes(entry_points, node, args):
     """A plain command line skips click (~20 ms); ``--debug`` goes through click: same spec."""
