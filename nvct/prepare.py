@@ -167,7 +167,7 @@ def _checked(spec: dict[str, Any], edits: ContainerEdits, root: Rootfs,
              steps: list[tuple[str, Any]]) -> tuple[dict[str, str], tuple[bytes, bytes] | None] | None:
     """The host file of every ``--library`` and the patched cache, when nothing stands in the way."""
     from nvct import ldconfig
-    from nvct.hooks.steps import compat_folder
+    from nvct.hooks.steps import compat_choice
 
     links: dict[str, str] = {}
     written: list[str] = []
@@ -195,7 +195,7 @@ def _checked(spec: dict[str, Any], edits: ContainerEdits, root: Rootfs,
             return None
         host_files[library] = mounted[path]
     for name, args in steps:
-        if name == "enable-cuda-compat" and compat_folder(root, args.one("host-driver-version") or ""):
+        if name == "enable-cuda-compat" and compat_choice(root, args)[0]:
             return None  # its libraries are found by ldconfig's scan alone
     # The engine's mounts, resolved as the runtime will; nvct's own are files and driver dirs.
     covers = [_inside(root, m["destination"]) for m in spec.get("mounts") or []

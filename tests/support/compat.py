@@ -1,0 +1,49 @@
+"""CUDA forward-compat libcuda files carrying a real ``.note.cuda.fwd_compatibility``.
+
+The note is what NVIDIA's compat packages ship: one ELF note named "NVIDIA
+Corporation" whose description is JSON (Format, "CUDA Version", Driver
+branches, Device brands). objcopy adds it as a section to a copy of any ELF
+library (the simulated node's libcuda, so the copy still loads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+
+
+def note_section(note: dict) -> bytes:
+    """The section's bytes: an ELF note header, the name and the JSON description, 4-byte aligned."""
+    desc = json.dumps(note).encode()
+    name = b"NVIDIA Corporation\0"
+
+    def pad(b: bytes) -> bytes:
+        return b + b"\0" * (-len(b) % 4)
+
+    return struct.pack("<III", len(name), len(desc), 1) + pad(name) + pad(desc)
+
+
+def make_compat_libcuda(source: str, dest: str, note: dict | None) -> str:
+    """Copy ``source`` to ``dest``, with ``note`` as its compat note (None: no note, as older packages)."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    if note is None:
+        shutil.copy(source, dest)
+        return dest
+    with tempfile.NamedTemporaryFile(suffix=".note") as f:
+        f.write(note_section(note))
+        f.flush()
+        subprocess.run(["objcopy", "--add-section", f".note.cuda.fwd_compatibility={f.name}",
+                        "--set-section-flags", ".note.cuda.fwd_compatibility=noload,readonly", source, dest],
+                       check=True, capture_output=True)
+    return dest
+
+
+#: The notes of the compat packages 575.57.08 (CUDA 12.9) and 590.44.01 (CUDA 13.1).
+NOTE_575 = {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 570, 575],
+            "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
+NOTE_590 = {"Format": 1, "CUDA Version": "13.1", "Driver": [535, 550, 570, 575, 580, 590],
+            "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
