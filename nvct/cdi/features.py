@@ -124,8 +124,8 @@ class Generation:
     def finish(self, edits: ContainerEdits, *, gids: bool = True, keep=("bind-mount",)) -> ContainerEdits:
         """Drop the disabled hooks' steps from nvct's chain; add the device nodes' group ids.
 
-        ``gids=False``: never (generated specs: additional gids need CDI 0.7.0,
-        which podman 4.3 cannot read; docs/cdi.md, "Differences from the reference").
+        ``gids=False``: never (specs written to disk: additional gids need CDI
+        0.7.0, which podman 4.3 cannot read; docs/cdi.md, "Differences from the reference").
         """
         from nvct import injection
 

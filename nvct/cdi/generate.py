@@ -67,10 +67,12 @@ _MANAGEMENT_SKIPPED = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cls: str = DEFAULT_CLASS,
              device_ids: Sequence[str] = (ALL_DEVICE,), strategies: Sequence[str] = DEFAULT_STRATEGIES,
              mode: str = "auto", all_device: bool = True, ldconfig: str | None = None,
-             generation: Generation | None = None) -> dict[str, Any]:
+             generation: Generation | None = None, gids: bool = False) -> dict[str, Any]:
     """The spec (a mapping ready to write) for ``driver``'s devices.
 
     ``generation``: feature flags and hook choices (default: the reference's defaults).
+    ``gids``: give device nodes' groups as additional GIDs (:meth:`Generation.finish`):
+    in-memory specs only, since they need CDI 0.7.0, which podman 4.3 cannot read.
     """
     reason = names.vendor_error(vendor) or names.class_error(cls)
     if reason:
@@ -87,10 +89,10 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         common = ContainerEdits()
         entries = (_gated_entries(driver, mode) if mode in GATED_MODES else _imex_entries(driver, device_ids))
         all_device = all_device and NONE_DEVICE not in device_ids
-        return _spec(vendor, cls, entries, common, all_device, generation)
+        return _spec(vendor, cls, entries, common, all_device, generation, gids)
     common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig,
                                     generation=generation)
-    common = _writable_mounts_by_hook(generation.finish(common, gids=False))
+    common = _writable_mounts_by_hook(generation.finish(common, gids=gids))
     if mode == "management":
         entries = [(ALL_DEVICE, _management_edits(driver))]
         common.device_nodes = []
@@ -101,15 +103,15 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
     else:
         entries = _device_entries(driver, device_ids, _unique_strategies(strategies))
     common.env.append(VOID_ENV)
-    return _spec(vendor, cls, entries, common, all_device, generation)
+    return _spec(vendor, cls, entries, common, all_device, generation, gids)
 
 
 def _spec(vendor: str, cls: str, entries: list[tuple[str, ContainerEdits]], common: ContainerEdits,
-          all_device: bool, generation: Generation) -> dict[str, Any]:
+          all_device: bool, generation: Generation, gids: bool) -> dict[str, Any]:
     done: dict[int, ContainerEdits] = {}
     for _, edits in entries:  # one edits object may serve several names
         if id(edits) not in done:
-            done[id(edits)] = generation.finish(edits, gids=False)
+            done[id(edits)] = generation.finish(edits, gids=gids)
     if all_device and entries and not any(name == ALL_DEVICE for name, _ in entries):
         merged = ContainerEdits()
         for _, edits in entries:

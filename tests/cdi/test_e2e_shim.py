@@ -61,13 +61,13 @@ def test_shim_reports_an_undefined_device_in_the_runtime_log(shim, rootfs, tmp_p
     assert "unresolvable CDI device nvidia.com/gpu=9" in result.log
 
 
-def _jit_config(tmp_path, node, runtime: str, jit: str) -> str:
+def _jit_config(tmp_path, node, runtime: str, jit: str, mode: str = "jit-cdi") -> str:
     with open(node["config"]) as f:
         text = f.read()
     path = tmp_path / "config.toml"
     path.write_text(text + (
         "\n[nvidia-container-runtime]\n"
-        'mode = "jit-cdi"\n'
+        f'mode = "{mode}"\n'
         f'runtimes = ["{runtime}"]\n'
         "\n[nvidia-container-runtime.modes.jit-cdi]\n" + jit))
     return str(path)
@@ -98,16 +98,19 @@ def test_jit_cdi_honours_nvcdi_feature_flags_and_disable_hooks(tmp_path, node, e
     assert "/dev/nvidia0" in lines and "/dev/nvidiactl" in lines
 
 
-@pytest.mark.parametrize("jit, groups", [
-    ("", ["44"]),
-    ('nvcdi-feature-flags = ["no-additional-gids-for-device-nodes"]\n', []),
+@pytest.mark.parametrize("mode, device, jit, groups", [
+    ("jit-cdi", "0", "", ["44"]),
+    ("jit-cdi", "0", 'nvcdi-feature-flags = ["no-additional-gids-for-device-nodes"]\n', []),
+    ("cdi", "runtime.nvidia.com/gpu=0", "", ["44"]),  # the automatic devices
+    ("cdi", "runtime.nvidia.com/gpu=0", 'nvcdi-feature-flags = ["no-additional-gids-for-device-nodes"]\n', []),
 ])
-def test_jit_cdi_gives_the_group_of_a_node_only_its_group_may_open(tmp_path, gated_node, entry_points,
-                                                                    oci_runtime, rootfs, jit, groups):
+def test_jit_cdi_gives_the_group_of_a_node_only_its_group_may_open(tmp_path, gated_node, entry_points, oci_runtime,
+                                                                    rootfs, mode, device, jit, groups):
     """The render node is root:44 0660 on that node: its group joins the container's, as the reference's."""
-    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=_jit_config(tmp_path, gated_node, oci_runtime[0], jit))
+    config = _jit_config(tmp_path, gated_node, oci_runtime[0], jit, mode)
+    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=config)
     bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", "ls /dev/dri; grep ^Groups: /proc/self/status"],
-                         ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics,utility"])
+                         [f"NVIDIA_VISIBLE_DEVICES={device}", "NVIDIA_DRIVER_CAPABILITIES=graphics,utility"])
     result = run_container([entry_points["nvidia-container-runtime"]], bundle, env=env,
                            log_file=str(tmp_path / "log.json"), timeout=60)
     assert result.ok, result.describe()
