@@ -189,6 +189,7 @@ def run(config, given: dict) -> str | None:
     from nvct import log
     from nvct.cdi import encoding, features, generate, spec as spec_mod
     from nvct.driver import Driver
+    from nvct.errors import NvctError
     from nvct.injection import hook_executable, ldconfig_setting
 
     if not log.logger.is_enabled_for("debug"):
@@ -198,6 +199,8 @@ def run(config, given: dict) -> str | None:
     fmt = output_format(o["fmt"], o["output"])
     hook_path = _hook_path(o["hook_path"]) if o["hook_path"] else hook_executable(config)
     ldconfig = o["ldconfig_path"] or ldconfig_setting(config)
+    if o["ldconfig_path"] and not o["ldconfig_path"].lstrip("@").startswith("/"):
+        raise NvctError(f"--ldconfig-path: {o['ldconfig_path']!r} is not an absolute host path")
     driver = Driver(o["driver_root"] or config.driver_root, o["dev_root"] or config.dev_root, config.proc_root,
                     config.get("nvidia-container-cli.ldcache") or None)
     generation = features.Generation(o["feature_flags"], o["disabled_hooks"], o["enabled_hooks"])

@@ -142,9 +142,14 @@ def test_flags_beat_variables(entry_points, node):
                              "mofed, gdrcopy, nvswitch, imex, csv, wsl)\n"),
     ({_G + "MODE": "csv"}, "nvct: CDI generate mode 'csv' (Tegra's CSV mount lists) is not supported by nvct\n"),
     ({_G + "ENABLED_HOOKS": "all"}, "nvct: --enable-hook all: enabling all hooks is not supported\n"),
+    ({_G + "LDCONFIG_PATH": "sbin/ldconfig"}, "nvct: --ldconfig-path: 'sbin/ldconfig' is not an absolute host path\n"),
+    ({"NVIDIA_CTK_CDI_HOOK_PATH": "bin/nvct"}, "nvct: --nvidia-cdi-hook-path: 'bin/nvct' is not an absolute path\n"),
+    ({"NVIDIA_CTK_CDI_HOOK_PATH": "no-such-program"},
+     "nvct: --nvidia-cdi-hook-path: 'no-such-program' not found on PATH\n"),
 ])
 def test_bad_variables_are_one_line(entry_points, node, env, message):
-    proc = _generate(entry_points, node, env=env, ok=False)
+    proc = subprocess.run([entry_points["nvct"], "cdi", "generate"], capture_output=True, text=True,
+                          env=_clean_env(node, env), timeout=60)
     assert proc.returncode == 1 and proc.stderr == message and proc.stdout == ""
 
 
