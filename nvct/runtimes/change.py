@@ -359,7 +359,7 @@ def _owned(layer: dict, owner: str | None) -> bool:
     if layer.get("owner") is not None:
         return False
     text = json.dumps([e.to_json() for entry in layer["files"] for e in entry["edits"]])
-    named = [root for root in _QUOTED_ROOT.findall(text)]
+    named = _QUOTED_ROOT.findall(text)
     if owner.startswith(INSTALLER_OWNER):
         return owner[len(INSTALLER_OWNER):] in named
     return owner == CLI_OWNER and not named
@@ -379,7 +379,7 @@ def undo_from_record(record: dict, anchor: str, read: Callable[[str], bytes | No
     if not mine:
         change.record, change.keep_record = record, True
         change.notes.append(f"{anchor}: nvct's undo record holds no change of {owner}'s (only of "
-                            f"{', '.join(str(o) for o in owners(record))}): nothing to undo")
+                            f"{', '.join(o or 'an older nvct' for o in owners(record))}): nothing to undo")
         return change
     remaining = [layer for i, layer in enumerate(layers) if i not in mine]
     before: dict = {}
