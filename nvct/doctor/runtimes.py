@@ -91,12 +91,18 @@ def check_docker_gpus(ctx: Context):
                    f"fails with 'could not select device driver \"\" with capabilities: [[gpu]]'",
                    f"start dockerd with PATH={ctx.options.default_path} (its service's Environment=)")
         return
+    route = _docker_route(ctx, pid, path)
+    if route is not None and route.route == "cdi":
+        yield from _cdi_route("runtime.docker-gpus", f"dockerd (pid {pid}, {how})", route,
+                              _docker_spec_dirs(ctx), ["all"])
+        return
     hook = _which(HOOK_BINARY, path)
     if hook is None:
         yield fail("runtime.docker-gpus",
                    f"dockerd (pid {pid}, {how}) started with PATH={path}, where there is no {HOOK_BINARY}: "
                    f"docker run --gpus fails with 'could not select device driver \"\" with capabilities: "
-                   f"[[gpu]]'", _link_hook_fix(path) + ", then restart dockerd (it looks the hook up once, at start)")
+                   f"[[gpu]]'" + (f" ({route.why})" if route is not None else ""),
+                   _link_hook_fix(path) + ", then restart dockerd (it looks the hook up once, at start)")
         return
     problem = _fails_in(environ, [hook, "--version"])
     if problem:
@@ -113,7 +119,48 @@ def check_docker_gpus(ctx: Context):
                    "restart dockerd")
         return
     yield ok("runtime.docker-gpus", f"dockerd (pid {pid}, {how}) finds {hook} on its PATH: "
-             f"docker run --gpus works")
+             f"docker run --gpus works, on the hook path" + (f" ({route.why})" if route is not None else ""))
+
+
+def _docker_route(ctx: Context, pid: int, path: str):
+    """Which path docker run --gpus takes with this dockerd (None: its program cannot be read)."""
+    from nvct import clipaths
+
+    binary = clipaths.exe(pid)
+    if binary is None:
+        return None
+    try:
+        cdi_enabled = ((_read_json(ctx.options.docker_config) or {}).get("features") or {}).get("cdi", True)
+    except ConfigError:
+        cdi_enabled = True  # runtime.docker says what is wrong with the file
+    return clipaths.docker_path(binary, path, cdi_enabled=cdi_enabled is not False)
+
+
+def _docker_spec_dirs(ctx: Context) -> list[str]:
+    from nvct import clipaths
+
+    try:
+        dirs = (_read_json(ctx.options.docker_config) or {}).get("cdi-spec-dirs")
+    except ConfigError:
+        dirs = None
+    return list(dirs) if isinstance(dirs, list) and dirs else list(clipaths.DEFAULT_SPEC_DIRS)
+
+
+def _cdi_route(id: str, who: str, route, dirs: list[str], values: list[str]):
+    """The CDI path: the names ``--gpus`` becomes must resolve in the engine's spec directories."""
+    from nvct import clipaths
+
+    names = [n for v in values for n in clipaths.cdi_names(route.cli, v)]
+    missing, have = clipaths.unresolved(names, dirs)
+    example = f"{route.cli} run --gpus {values[0]}"
+    if missing:
+        yield fail(id, f"{who}: {route.why}; {example} asks for {', '.join(missing)}, which no spec in "
+                   f"{', '.join(dirs)} defines ({len(have)} {clipaths.KIND} devices there): it fails to start",
+                   f"nvct cdi generate --output {clipaths.DEFAULT_SPEC_DIRS[1]}/nvidia.yaml (and keep "
+                   f"nvidia-cdi-refresh enabled, so it follows the driver)")
+        return
+    yield ok(id, f"{who}: {route.why}; {example} takes the CDI path: {', '.join(names)} resolve in "
+             f"{', '.join(dirs)} ({len(have)} {clipaths.KIND} devices)")
 
 
 def check_ctr_gpus(ctx: Context):
@@ -128,6 +175,12 @@ def check_ctr_gpus(ctx: Context):
     if not path or not _which("ctr", path):
         yield info("runtime.ctr-gpus", "no ctr on this shell's PATH: ctr run --gpus is not used here")
         return
+    from nvct import clipaths
+
+    route = clipaths.client_path("ctr", _which("ctr", path), path)
+    if route.route == "cdi":  # containerd 2.3's ctr: CDI names, in containerd's spec directories
+        yield from _cdi_route("runtime.ctr-gpus", "ctr", route, list(clipaths.DEFAULT_SPEC_DIRS), ["0"])
+        return
     cli = _which(CLI_BINARY, path)
     if cli is None:  # info: most nodes with ctr (every containerd one) never run ctr run --gpus
         yield info("runtime.ctr-gpus", f"this shell's PATH ({path}) has no {CLI_BINARY}: ctr run --gpus would fail "
@@ -140,7 +193,7 @@ def check_ctr_gpus(ctx: Context):
                    f"hook): {problem}", "upgrade nvct (its programs set a caller's own variables aside), or unset "
                    "the variable named before ctr run --gpus")
         return
-    yield ok("runtime.ctr-gpus", f"ctr run --gpus finds {cli} on this shell's PATH, and it runs in this environment")
+    yield ok("runtime.ctr-gpus", f"ctr run --gpus takes the hook path ({route.why}), and it runs in this environment")
 
 
 def _fails_in(environ: dict[str, str], argv: list[str]) -> str | None:

@@ -38,10 +38,10 @@ _CRI_V2 = "io.containerd.grpc.v1.cri"
 CRI_RUNTIME = "io.containerd.cri.v1.runtime"
 CRI_IMAGES = "io.containerd.cri.v1.images"
 
-#: The suite with containerd 2.1, runc 1.3, crun 1.2x, docker.io 28 (trixie has containerd 1.7).
+#: The suite with containerd 2.1, runc 1.3, crun 1.2x, docker.io 28, podman 5.8 (trixie has containerd 1.7).
 SUITE = os.environ.get("NVCT_NODEROOT_SUITE", "forky")
 PACKAGES = (
-    "containerd", "runc", "crun", "docker.io",
+    "containerd", "runc", "crun", "docker.io", "podman",
     # nvct itself, under the root's python3
     "python3", "python3-click", "python3-tomlkit", "python3-yaml", "python3-pyelftools", "python3-prctl",
 )
