@@ -124,3 +124,17 @@ def test_postrm_puts_the_stand_ins_in_place_and_each_goes_with_its_last_containe
         holder.communicate(b"")
     subprocess.run([f"{tmp_path}/bin/{names[0]}", "--nvct-prune"], check=True)
     assert os.listdir(tmp_path / "bin") == ["keep"]
+
+
+def test_a_running_installers_configuration_is_left_to_it(node, capsys):
+    """The toolkit installer runs its own copy of nvct: the package's removal leaves its changes alone."""
+    daemon = node / "etc/docker/daemon.json"
+    daemon.write_text('{}\n')
+    runtimes.configure("docker", str(daemon), {"nvidia": "/opt/toolkit/nvidia-container-runtime"},
+                       owner=runtimes.installer_owner("/opt/toolkit"))
+    configured = daemon.read_text()
+    assert uninstall.main([]) == 0
+    assert daemon.read_text() == configured
+    assert "undid" not in capsys.readouterr().out
+    runtimes.unconfigure("docker", str(daemon), owner=runtimes.installer_owner("/opt/toolkit"))
+    assert daemon.read_text() == '{}\n'
