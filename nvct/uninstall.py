@@ -92,8 +92,9 @@ def undo_configured() -> list[str]:
         if change.keep_record:  # only an installer's changes (its own SIGTERM undoes them)
             continue
         lines += [f"{path}: {note}" if not note.startswith(path) else note for note in change.notes]
-        restart = f" ({_RESTART[engine]} to apply)" if engine in _RESTART else ""
-        lines.append(f"undid its configuration of {engine} in {path}{restart}")
+        if change.changed or change.record is None:  # else: it goes with a running installer's (a note says)
+            restart = f" ({_RESTART[engine]} to apply)" if engine in _RESTART else ""
+            lines.append(f"undid its configuration of {engine} in {path}{restart}")
     return lines
 
 

@@ -138,3 +138,19 @@ def test_a_running_installers_configuration_is_left_to_it(node, capsys):
     assert "undid" not in capsys.readouterr().out
     runtimes.unconfigure("docker", str(daemon), owner=runtimes.installer_owner("/opt/toolkit"))
     assert daemon.read_text() == '{}\n'
+
+
+def test_a_configuration_under_a_running_installers_goes_with_it(node, capsys):
+    daemon = node / "etc/docker/daemon.json"
+    daemon.write_text('{}\n')
+    runtimes.configure("docker", str(daemon))
+    owner = runtimes.installer_owner("/opt/toolkit")
+    runtimes.configure("docker", str(daemon), {"nvidia": "/opt/toolkit/nvidia-container-runtime"},
+                       set_default="nvidia", owner=owner)
+    configured = daemon.read_text()
+    assert uninstall.main([]) == 0
+    assert daemon.read_text() == configured
+    assert capsys.readouterr().out == (f"nvct: {daemon}: {owner} changed it after nvct runtime configure did; the "
+                                       f"earlier changes are undone with its own\n")
+    runtimes.unconfigure("docker", str(daemon), owner=owner)
+    assert daemon.read_text() == '{}\n'
