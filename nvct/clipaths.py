@@ -129,3 +129,49 @@ def exe(pid: int) -> str | None:
         return os.path.realpath(f"/proc/{pid}/exe") if os.path.exists(f"/proc/{pid}/exe") else None
     except OSError:
         return None
+
+
+def on_this_node(cli: str, *, path_env: str, docker_socket: str = "/var/run/docker.sock",
+                 docker_pidfile: str = "/var/run/docker.pid",
+                 docker_config: str = "/etc/docker/daemon.json") -> tuple[Path, list[str]]:
+    """The path ``cli run --gpus`` takes here, and the CDI spec directories its engine reads.
+
+    docker: the running dockerd's program and PATH (else ``dockerd`` on ``path_env``);
+    ctr, nerdctl: the program on ``path_env``, the caller's PATH.
+    """
+    if cli != "docker":
+        binary = shutil.which(cli, path=path_env)
+        if binary is None:
+            return Path(cli, NONE, f"no {cli} on PATH ({path_env})"), list(DEFAULT_SPEC_DIRS)
+        return client_path(cli, binary, path_env), list(DEFAULT_SPEC_DIRS)
+    from nvct.doctor.runtimes import _read_json, dockerd_pid
+    from nvct.errors import ConfigError
+
+    try:
+        config = _read_json(docker_config) or {}
+    except ConfigError:
+        config = {}
+    dirs = config.get("cdi-spec-dirs")
+    dirs = list(dirs) if isinstance(dirs, list) and dirs else list(DEFAULT_SPEC_DIRS)
+    enabled = (config.get("features") or {}).get("cdi", True) is not False
+    pid, _ = dockerd_pid(docker_socket, docker_pidfile)
+    binary = exe(pid) if pid is not None else None
+    if binary is not None:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(i.decode("utf-8", "replace").partition("=")[::2] for i in f.read().split(b"\0") if i)
+            path_env = env.get("PATH", "")
+        except OSError:
+            pass
+    else:
+        binary = shutil.which("dockerd", path=path_env)
+        if binary is None:
+            return Path(cli, NONE, f"no dockerd runs, and none is on PATH ({path_env})"), dirs
+    return docker_path(binary, path_env, cdi_enabled=enabled), dirs
+
+
+def hook_devices(cli: str, value: str) -> str:
+    """NVIDIA_VISIBLE_DEVICES the hook path hands the hook for a ``--gpus`` value."""
+    names = cdi_names(cli, value)
+    ids = [n.partition("=")[2] for n in names]
+    return ",".join(ids) or "void"

@@ -555,3 +555,45 @@ def _pair(item: str, option: str) -> tuple[str, str]:
     if not sep or not key:
         raise RequestError(f"{option} {item!r}: expected KEY=VALUE")
     return key, value
+
+
+def explain_gpus(cli: str, value: str, route, dirs: Sequence[str]) -> dict:
+    """``CLI run --gpus VALUE`` on this node: the path it takes (:mod:`nvct.clipaths`) and what it gets.
+
+    On the CDI path the names are resolved in the engine's spec directories, as the
+    engine resolves them; on the hook path the hook gets NVIDIA_VISIBLE_DEVICES.
+    """
+    from nvct import clipaths
+
+    out: dict = {"cli": cli, "value": value, "path": route.route, "why": route.why, "program": route.program,
+                 "spec_dirs": list(dirs), "error": None}
+    if route.route == clipaths.CDI:
+        from nvct.cdi.registry import Registry
+
+        out["names"] = clipaths.cdi_names(cli, value)
+        try:
+            out["edits"] = Registry(dirs).resolve(out["names"])
+        except RequestError as e:
+            out["error"] = str(e)
+    elif route.route == clipaths.HOOK:
+        out["env"] = f"{VISIBLE_DEVICES}={clipaths.hook_devices(cli, value)}"
+    else:
+        out["error"] = route.why
+    return out
+
+
+def render_gpus(result: dict) -> str:
+    head = f"{result['cli']} run --gpus {result['value']}:"
+    lines = [f"{head} no path" if result["error"] and not result.get("names")
+             else f"{head} the {result['path']} path ({result['why']})"]
+    if result.get("names"):
+        lines.append(f"CDI devices: {', '.join(result['names'])} (from {', '.join(result['spec_dirs'])})")
+    if result.get("env"):
+        lines.append(f"the hook ({result['program']}) gets {result['env']}; what it then does: "
+                     f"nvct explain -e {result['env']} (legacy mode)")
+    if result["error"]:
+        lines.append(f"error:    the container would not start: {result['error']}")
+    elif result.get("edits") is not None:
+        lines.append("the engine applies from the spec:")
+        lines += _edit_lines(result["edits"], {})
+    return "\n".join(lines) + "\n"

@@ -18,12 +18,23 @@ from nvct.cli import load_config
 @click.option("--annotation", "annotations", multiple=True, metavar="K=V", help="An annotation; repeatable.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print the config.json change as a unified diff.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--gpus", "gpus", metavar="VALUE", help="Instead: which path CLI run --gpus VALUE takes on this node "
+              "(the NVIDIA hook, or CDI names resolved in the engine's spec directories).")
+@click.option("--cli", "cli", type=click.Choice(["docker", "ctr", "nerdctl"]), default="docker", show_default=True,
+              help="The CLI whose --gpus is explained.")
+@click.option("--docker-socket", default="/var/run/docker.sock", show_default=True, metavar="SOCKET",
+              help="dockerd's socket (its program and PATH decide docker's path).")
+@click.option("--docker-config", default="/etc/docker/daemon.json", show_default=True, metavar="FILE",
+              help="dockerd's config (features.cdi, cdi-spec-dirs).")
 @click.pass_context
-def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff, as_json):
+def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff, as_json, gpus, cli,
+                    docker_socket, docker_config):
     import json
 
     from nvct import explain, ocispec
 
+    if gpus is not None:
+        _explain_gpus(cli, gpus, docker_socket, docker_config, as_json)
     if not bundle and not env:
         raise click.UsageError("give --bundle DIR, or the container's env with -e K=V")
     config = load_config(ctx)
@@ -35,3 +46,23 @@ def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff
     else:
         click.echo(explain.render_text(result, diff=show_diff), nl=False)
     raise SystemExit(1 if result.error else 0)
+
+
+def _explain_gpus(cli: str, value: str, docker_socket: str, docker_config: str, as_json: bool) -> None:
+    import json
+    import os
+
+    from nvct import clipaths, explain
+    from nvct.doctor.model import DEFAULT_PATH
+
+    route, dirs = clipaths.on_this_node(cli, path_env=os.environ.get("PATH") or DEFAULT_PATH,
+                                        docker_socket=docker_socket, docker_config=docker_config)
+    result = explain.explain_gpus(cli, value, route, dirs)
+    if as_json:
+        out = dict(result)
+        if out.get("edits") is not None:
+            out["edits"] = explain._edits_json(out["edits"], {})
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(explain.render_gpus(result), nl=False)
+    raise SystemExit(1 if result["error"] else 0)

@@ -121,6 +121,13 @@ def test_docker_28_cdi_device_request_gets_exactly_that_gpu(dockerd, sim_node):
                    [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=1"]}]), sim_node, [1])
 
 
+def test_explain_says_docker_28_hands_the_hook_the_device(node, dockerd):
+    result = node.nvct("explain", "--gpus", "device=1", "--docker-socket", dockerd.socket)
+    assert result.ok, result.describe()
+    assert result.stdout.startswith("docker run --gpus device=1: the hook path ("), result.stdout
+    assert "gets NVIDIA_VISIBLE_DEVICES=1;" in result.stdout
+
+
 def test_doctor_says_docker_28_takes_the_hook_path(node, dockerd):
     found = _doctor(node, "--docker-socket", dockerd.socket)["runtime.docker-gpus"]
     assert found["status"] == "ok", found
@@ -274,6 +281,16 @@ def test_doctor_names_the_cdi_path_and_checks_its_names_resolve(cdi_dockerd, sim
     found = _host_doctor(sock, str(config))
     assert found["status"] == "ok", found
     assert f"docker run --gpus all takes the CDI path: nvidia.com/gpu=all resolve in {specs}" in found["seen"]
+
+    explained = subprocess.run([NVCT, "explain", "--gpus", "device=1", "--docker-socket", sock, "--docker-config",
+                                str(config)], capture_output=True, text=True, timeout=120)
+    assert explained.returncode == 0, explained.stderr
+    assert "the cdi path" in explained.stdout and "CDI devices: nvidia.com/gpu=1" in explained.stdout
+    gpu1 = f"/dev/nvidia{sim_node['gpus'][1]['minor']} "
+    assert gpu1 in explained.stdout and f"/dev/nvidia{sim_node['gpus'][0]['minor']} " not in explained.stdout
+    gone = subprocess.run([NVCT, "explain", "--gpus", "device=GPU-gone", "--docker-socket", sock, "--docker-config",
+                           str(config)], capture_output=True, text=True, timeout=120)
+    assert gone.returncode == 1 and "error:    the container would not start:" in gone.stdout, gone.stdout
 
     config.write_text(json.dumps({"cdi-spec-dirs": [str(specs)], "features": {"cdi": False}}))
     hook = _host_doctor(sock, str(config))
