@@ -194,8 +194,7 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Confi
     explicit = path is not None
     path = path or default_path(env)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_whole(path)
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"{path}: config file not found") from None
@@ -203,6 +202,59 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Confi
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
     return Config(_parse_cached(raw, path), path, env)
+
+
+#: How long a read waits for a config's writer to finish.
+_WRITER_WAIT_S = 1.0
+
+
+def read_whole(path: str) -> bytes:
+    """The config's bytes, never those of a write in progress.
+
+    A file rewritten in place is empty or cut short while its writer works,
+    and such a prefix is often valid TOML (the defaults, or half the keys).
+    So the bytes count only when nobody has the file open for writing (a
+    read lease, which the kernel refuses then) and it did not change while
+    read. Else the read is retried for up to :data:`_WRITER_WAIT_S`, then it
+    is an error naming the file.
+    """
+    import time
+
+    deadline = None
+    while True:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            before = os.fstat(fd)
+            writer = _open_for_writing(fd)
+            with open(fd, "rb", closefd=False) as f:
+                raw = f.read()
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if not writer and len(raw) == after.st_size and (before.st_size, before.st_mtime_ns, before.st_ctime_ns) \
+                == (after.st_size, after.st_mtime_ns, after.st_ctime_ns):
+            return raw
+        now = time.monotonic()
+        deadline = deadline or now + _WRITER_WAIT_S
+        if now >= deadline:
+            raise ConfigError(f"{path}: being written by another process (open for writing, or changed "
+                              "while read); not used")
+        time.sleep(0.01)
+
+
+def _open_for_writing(fd: int) -> bool:
+    """Whether some process has the file open for writing: the kernel refuses a read lease (EAGAIN)."""
+    import fcntl
+
+    try:
+        fcntl.fcntl(fd, 10, 23)  # F_SETSIG SIGURG (ignored): a lease break never kills us
+        fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE
+    except OSError as e:
+        import errno
+
+        return e.errno == errno.EAGAIN  # else no lease here (not root, NFS, not a file): unknown
+    fcntl.fcntl(fd, 1024, fcntl.F_UNLCK)
+    return False
 
 
 def _parse_cached(raw: bytes, path: str) -> dict:

@@ -233,3 +233,66 @@ def _open_child(dir_fd: int, name: str, create_mode: int | None) -> int:
     except FileExistsError:
         pass
     return os.open(name, flags, dir_fd=dir_fd)
+
+
+class Staged:
+    """New content for ``path``, written and named beside it, put in place by :meth:`commit`.
+
+    For a file that must be saved together with writes elsewhere (the shim's
+    config.json and the container root): every block the file needs is
+    allocated here, so a full disk fails before the other writes, and
+    :meth:`commit` is one rename. A kill before it leaves a temporary name
+    that the next write into the directory removes (:func:`sweep`).
+    """
+
+    def __init__(self, path: str, data: bytes, mode: int | None = None):
+        self.path = path
+        directory, self._name = os.path.split(os.path.abspath(path))
+        self._dir = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._tmp: str | None = None
+        try:
+            try:
+                st = os.stat(self._name, dir_fd=self._dir)
+                keep, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
+            except FileNotFoundError:
+                keep, owner = 0o644, None
+            sweep(self._dir)
+            tmp = f"{TMP_PREFIX}{os.getpid()}-{os.urandom(4).hex()}{TMP_SUFFIX}"
+            try:  # unnamed while written: a kill leaves no half-written file
+                fd, named = os.open(".", os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC, 0o600, dir_fd=self._dir), False
+            except (OSError, AttributeError):
+                fd, named = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                    0o600, dir_fd=self._dir), True
+                self._tmp = tmp
+            try:
+                _write_all(fd, data)
+                os.fchmod(fd, keep if mode is None else mode)
+                if owner is not None:
+                    try:
+                        os.fchown(fd, *owner)
+                    except PermissionError:
+                        pass
+                if not named:
+                    os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=self._dir)
+                    self._tmp = tmp
+            finally:
+                os.close(fd)
+        except BaseException:
+            self.discard()
+            raise
+
+    def commit(self) -> None:
+        try:
+            os.rename(self._tmp, self._name, src_dir_fd=self._dir, dst_dir_fd=self._dir)
+            self._tmp = None
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Forget the new content (a failure elsewhere): ``path`` stays as it was."""
+        if self._tmp is not None:
+            _unlink_at(self._dir, self._tmp)
+            self._tmp = None
+        if self._dir >= 0:
+            os.close(self._dir)
+            self._dir = -1

@@ -34,13 +34,16 @@ GPU_REQUEST_ENV = "NVCT_GPU_REQUEST"
 class Modification:
     """What the shim did to one spec, for the log line and ``nvct explain``."""
 
-    __slots__ = ("mode", "why", "edits", "devices")
+    __slots__ = ("mode", "why", "edits", "devices", "plan")
 
-    def __init__(self, mode: str, why: str, edits: ContainerEdits | None = None, devices: tuple[str, ...] = ()):
+    def __init__(self, mode: str, why: str, edits: ContainerEdits | None = None, devices: tuple[str, ...] = (),
+                 plan=None):
         self.mode = mode
         self.why = why
         self.edits = edits if edits is not None else ContainerEdits()
         self.devices = devices
+        #: ``prepare="write"``: the root's writes (nvct.prepare.Plan) the caller makes once the spec can be saved.
+        self.plan = plan
 
 
 def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
@@ -63,10 +66,12 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
     both write the log file in one format. With ``bundle``, the jit-cdi hook
     is told the container's root, so it needs to read neither its stdin nor
     config.json. ``runtime``: the low-level runtime's path (see
-    :func:`_read_only_root_last`). ``prepare="write"`` (the shim): do the
-    hook chain's file steps now, in the container's root (:mod:`nvct.prepare`),
-    where they can be done exactly; ``"plan"`` (``nvct explain``): change the
-    spec as that would, writing nothing.
+    :func:`_read_only_root_last`). ``prepare="write"`` (the shim): the hook
+    chain's file steps are to be done now, in the container's root
+    (:mod:`nvct.prepare`), where they can be done exactly; the result's
+    ``plan`` holds them, for the caller to write once the spec is staged
+    (nothing goes into the root of a spec that cannot be saved); ``"plan"``
+    (``nvct explain``): change the spec as that would, writing nothing.
     """
     mode, why = resolve_mode(config.mode, request)
     from nvct.log import logger
@@ -78,8 +83,8 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         from nvct.cdi import modes as cdi_modes
 
         edits = cdi_modes.edits_for(request, config)
-        _into_spec(spec, edits, bundle, config, runtime, prepare)
-        return Modification("cdi", why, edits, request.devices or ())
+        plan = _into_spec(spec, edits, bundle, config, runtime, prepare)
+        return Modification("cdi", why, edits, request.devices or (), plan)
     from nvct import injection
     from nvct.cdi.features import for_jit
     from nvct.driver import Driver
@@ -90,22 +95,27 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         edits.hooks = [_with_container_root(h, ocispec.rootfs(spec, bundle)) for h in edits.hooks]
     check_requirements(request, driver, config)
     edits.env.append(f"{VISIBLE_DEVICES}=void")
-    _into_spec(spec, edits, bundle, config, runtime, prepare)
-    return Modification("jit-cdi", why, edits, request.devices or ())
+    plan = _into_spec(spec, edits, bundle, config, runtime, prepare)
+    return Modification("jit-cdi", why, edits, request.devices or (), plan)
 
 
 def _into_spec(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config,
-               runtime: str | None, prepare: str | None) -> None:
+               runtime: str | None, prepare: str | None):
     """jit-cdi's and cdi mode's edits into the spec: mount targets checked (no volume under /proc),
     nvct's hook chain done now where it can be (:func:`_prepared`), else a read-only root left to
-    the chain's end."""
+    the chain's end. The plan to write, for ``prepare="write"``."""
     from nvct import mounttargets
 
     mounttargets.check_proc(spec, ocispec.rootfs(spec, bundle) if bundle else None)
     _check_targets(spec, edits, bundle)
-    if not (prepare and _prepared(spec, edits, bundle, config, write=prepare == "write")):
+    plan = _prepared(spec, edits, bundle, config) if prepare else None
+    if plan is None:
         _read_only_root_last(spec, edits, runtime)
     _apply(spec, edits)
+    if plan is not None and prepare != "write":
+        plan.root.close()
+        return None
+    return plan
 
 
 def _check_targets(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None) -> None:
@@ -116,25 +126,23 @@ def _check_targets(spec: dict[str, Any], edits: ContainerEdits, bundle: str | No
         mounttargets.check(spec, ocispec.rootfs(spec, bundle), [m.container_path for m in edits.mounts])
 
 
-def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config, *, write: bool) -> bool:
-    """nvct's hook chain done now by :mod:`nvct.prepare`, leaving the hook only the params mask."""
+def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config):
+    """nvct's hook chain to be done now by :mod:`nvct.prepare`, leaving the hook only the params mask."""
     if not bundle:
-        return False
+        return None
     from nvct import prepare
     from nvct.log import logger
 
     plan = prepare.plan(spec, edits, ocispec.rootfs(spec, bundle), bundle, config.proc_root)
     if plan is None:
         logger.debug("hook chain left to the hook (see nvct.prepare for when)")
-        return False
+        return None
     logger.debug("hook chain done before the runtime; the hook only masks the driver params")
     mounts = len(edits.mounts)
     plan.edit(edits)
     if len(edits.mounts) != mounts:
         _check_targets(spec, edits, bundle)  # the bind-mount steps' targets
-    if write:
-        plan.write()
-    return True
+    return plan
 
 
 def _with_container_root(hook: Hook, rootfs: str) -> Hook:

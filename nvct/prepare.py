@@ -84,8 +84,21 @@ class Plan:
                                           reason="bind-mount step of the spec's hook, last"))
 
     def write(self) -> None:
-        """Cache, links and the masked params, as the hook's steps would write them."""
-        from nvct import fileutil, ldconfig
+        """The masked params into the bundle, then cache and links in the root, as the hook's steps would.
+
+        The bundle first: a full bundle fails before the root is touched.
+        """
+        from nvct import ldconfig
+
+        if self.params is not None:
+            from nvct import fileutil
+
+            path = os.path.join(self.bundle, PARAMS_FILE)
+            try:
+                fileutil.write_atomic(path, self.params, mode=0o444, durable=False)
+            except OSError as e:
+                self.root.close()
+                raise ContainerError(f"{path}: cannot write the masked driver params: {e.strerror or e}") from None
         from nvct.hooks.container import HookContext
         from nvct.hooks.steps import create_symlinks
 
@@ -100,8 +113,6 @@ class Plan:
             for name, args in self.steps:
                 if name == "create-symlinks":
                     create_symlinks(args, ctx)
-        if self.params is not None:
-            fileutil.write_atomic(os.path.join(self.bundle, PARAMS_FILE), self.params, mode=0o444, durable=False)
 
 
 def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, proc_root: str) -> Plan | None:

@@ -122,12 +122,43 @@ def _create(args, config, start: float, runtime: str) -> None:
         # A typo may be why the start fails; in legacy mode the hook logs it (once per start).
         if typos and (result is None or result.mode != "legacy"):
             log.logger.warning("%s", typos)
-    ocispec.save(args.bundle, spec)
+    _save(args.bundle, spec, result.plan)
     log.logger.info("container start", fields={
         "id": args.container_id, "mode": result.mode, "devices": list(result.devices),
         "capabilities": list(request.capabilities),
         "ms": round((time.monotonic() - start) * 1000, 1),
     })
+
+
+def _save(bundle: str, spec, plan) -> None:
+    """The spec saved and ``plan`` written into the root, in the order a failure or kill leaves safe.
+
+    The spec is written first under a temporary name beside config.json (a
+    full bundle fails here, naming it, with the root untouched), then the
+    masked params, then the root; config.json is replaced last, by one
+    rename. A kill before that rename leaves the old spec, which a retried
+    create prepares afresh (the root's writes are the same again), and a
+    temporary that the next write into the bundle removes.
+    """
+    from nvct import fileutil, jsoncodec, ocispec
+    from nvct.errors import SpecError
+
+    path = ocispec.config_path(bundle)
+    try:
+        staged = fileutil.Staged(path, jsoncodec.dumps(spec, compact=True).encode())
+    except OSError as e:
+        if plan is not None:
+            plan.root.close()
+        raise SpecError(f"{path}: cannot save the container's spec: {e.strerror or e}") from None
+    try:
+        if plan is not None:
+            plan.write()
+        try:
+            staged.commit()
+        except OSError as e:
+            raise SpecError(f"{path}: cannot save the container's spec: {e.strerror or e}") from None
+    finally:
+        staged.discard()
 
 
 def _despite_broken_config(args, path: str, error: Exception) -> str:

@@ -1,0 +1,119 @@
+"""Faults during a GPU container's create give one line naming the file, and leave nothing half done.
+
+A full bundle directory or container root (a small tmpfs filled up), a
+config.toml caught while it is being rewritten: through the shim and the real
+runtimes, the start either works with its GPU or fails with one line naming
+the file at fault, and nothing is left written into the container's root or
+the bundle.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+
+import pytest
+
+from tests.security.conftest import snapshot
+from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.gpu_runs import PATH_ENV, SHIM, mounts_under, need_runtime, node_config, refusal, run_gpu
+from tests.support.bundle import make_bundle
+from tests.support.runtimes import RUNTIMES, run_container
+
+pytestmark = pytest.mark.containers
+
+#: Fills the file system of $1 (a filler file there), then runs the rest: the shim.
+FILL = ["sh", "-c", 'cat /dev/zero > "$1/.filler" 2>/dev/null; shift; exec "$@"', "fill"]
+
+
+def _small_tmpfs(path, size: str = "4m") -> str:
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], check=True)
+    return str(path)
+
+
+@pytest.fixture
+def tmpfs_mounts():
+    made: list[str] = []
+    yield made
+    for path in reversed(made):
+        subprocess.run(["umount", "-l", path], check=False)
+
+
+def _root_state(rootfs: str) -> dict:
+    """Every file and link under the root's /etc and /usr (a folder's times aside: a temporary came and went)."""
+    return {f"{part}/{k}": v[:5] + v[7:] if stat.S_ISDIR(v[0]) else v
+            for part in ("etc", "usr") for k, v in snapshot(os.path.join(rootfs, part)).items()}
+
+
+def _changed(before: dict, after: dict) -> list[str]:
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi", "legacy"])
+def test_full_bundle_fails_naming_config_json_with_the_root_untouched(tmp_path, sim_node, rootfs, runtime, mode,
+                                                                      tmpfs_mounts):
+    need_runtime(runtime)
+    bundle = str(tmp_path / "bundle")
+    tmpfs_mounts.append(_small_tmpfs(bundle))
+    before = _root_state(rootfs)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     wrapper=[*FILL, bundle])
+    text = refusal(result, tmp_path)
+    assert f"{bundle}/config.json" in text and "No space left on device" in text, result.describe()
+    assert _changed(before, _root_state(rootfs)) == []
+    assert sorted(os.listdir(bundle)) == [".filler", "config.json"]
+    assert not mounts_under(rootfs)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_full_root_fails_naming_the_file_with_the_root_untouched(tmp_path, sim_node, rootfs, runtime, mode,
+                                                                 tmpfs_mounts):
+    need_runtime(runtime)
+    small = _small_tmpfs(tmp_path / "small", "64m")
+    tmpfs_mounts.append(small)
+    root = os.path.join(small, "rootfs")
+    subprocess.run(["cp", "-a", rootfs, root], check=True)
+    before = _root_state(root)
+    result = run_gpu(tmp_path, sim_node, root, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     wrapper=[*FILL, small])
+    text = refusal(result, tmp_path)
+    line = next(t for t in text.splitlines() if "No space left on device" in t)
+    assert f"in container root {root}" in line, result.describe()
+    assert _changed(before, _root_state(root)) == []
+    assert not mounts_under(root)
+
+
+def test_half_written_config_is_an_error_naming_it(tmp_path, sim_node, rootfs):
+    """A config.toml held open by its writer, caught cut short: never the defaults."""
+    need_runtime("runc")
+    config = node_config(tmp_path, sim_node, mode="jit-cdi", runtime=RUNTIMES["runc"][0])
+    with open(config, "rb") as f:
+        whole = f.read()
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], env=[PATH_ENV, "NVIDIA_VISIBLE_DEVICES=0"])
+    with open(config, "wb") as writer:  # truncated, the first lines written, the writer not done
+        writer.write(whole[:whole.index(b"\n[") + 1])
+        writer.flush()
+        result = run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config, "PATH": os.environ["PATH"]},
+                               timeout=60)
+    assert not result.ok, result.describe()
+    assert config in result.stderr and "being written" in result.stderr, result.describe()
+    assert "driver" not in result.stderr, result.describe()
+
+
+def test_config_truncated_mid_line_is_an_error_naming_it(tmp_path, sim_node, rootfs):
+    need_runtime("runc")
+    config = node_config(tmp_path, sim_node, mode="jit-cdi", runtime=RUNTIMES["runc"][0])
+    with open(config, "rb") as f:
+        whole = f.read()
+    with open(config, "wb") as f:
+        f.write(whole[:whole.index(b"mode = ") + 9])
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], env=[PATH_ENV, "NVIDIA_VISIBLE_DEVICES=0"])
+    result = run_container([SHIM], bundle, env={"NVIDIA_CTK_CONFIG_FILE_PATH": config, "PATH": os.environ["PATH"]},
+                           timeout=60)
+    assert not result.ok
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and config in lines[0] and "invalid TOML" in lines[0], result.describe()
