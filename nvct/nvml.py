@@ -18,6 +18,7 @@ SUCCESS = 0
 ERROR_NOT_SUPPORTED = 3
 ERROR_NOT_FOUND = 6
 ERROR_FUNCTION_NOT_FOUND = 13
+_ADDRESSING_ATS = 2  # NVML_DEVICE_ADDRESSING_MODE_ATS
 
 _BRANDS = {
     0: "unknown", 1: "quadro", 2: "tesla", 3: "nvs", 4: "grid", 5: "geforce", 6: "titan",
@@ -109,6 +110,25 @@ class Nvml:
         v = ctypes.c_uint()
         self._call("nvmlDeviceGetArchitecture", handle, ctypes.byref(v))
         return _ARCHS.get(v.value, "unknown")
+
+    def coherent(self, handle) -> bool:
+        """ATS addressing (``nvmlDeviceGetAddressingMode``): GPU memory coherent with the CPU's.
+
+        False where the driver lacks the call or the GPU does not support it, as go-nvlib decides.
+        """
+        fn = getattr(self._lib, "nvmlDeviceGetAddressingMode", None)
+        if fn is None:
+            return False
+
+        class _Mode(ctypes.Structure):  # nvmlDeviceAddressingMode_v1_t
+            _fields_ = [("version", ctypes.c_uint), ("value", ctypes.c_uint)]
+
+        mode = _Mode(ctypes.sizeof(_Mode) | (1 << 24), 0)
+        rc = fn(handle, ctypes.byref(mode))
+        if rc == ERROR_NOT_SUPPORTED:
+            return False
+        self._check("nvmlDeviceGetAddressingMode", rc)
+        return mode.value == _ADDRESSING_ATS
 
     def mig_devices(self, handle) -> list[MigInfo]:
         """The MIG devices of a GPU (empty when MIG is off or unsupported)."""

@@ -29,12 +29,11 @@ COHERENT_ANNOTATIONS = "enable-coherent-annotations"
 MULTIPLE_CSV_DEVICES = "disable-multiple-csv-devices"
 
 #: Flags with an effect in nvct. nvct never loads libnvidia-sandboxutils, so that flag holds already.
-FEATURES = (DISABLE_IPC, EXPLICIT_LIBRARIES, DISABLE_NVSANDBOXUTILS, NO_ADDITIONAL_GIDS)
+FEATURES = (DISABLE_IPC, EXPLICIT_LIBRARIES, DISABLE_NVSANDBOXUTILS, NO_ADDITIONAL_GIDS, COHERENT_ANNOTATIONS)
 #: The reference's flags nvct does not implement: warned about.
-UNIMPLEMENTED = {
-    COHERENT_ANNOTATIONS: "nvct does not read GPU coherence; no .coherent/.noncoherent specs are written",
-    MULTIPLE_CSV_DEVICES: "nvct has no csv (Tegra) mode",
-}
+UNIMPLEMENTED = {MULTIPLE_CSV_DEVICES: "nvct has no csv (Tegra) mode"}
+#: The specs the coherent-annotations flag adds: file-name infix (and class suffix), coherent or not.
+COHERENCE_SPECS = ((".coherent", True), (".noncoherent", False))
 #: The reference's older spelling.
 _ALIASES = {"disable-nvsandbox-utils": DISABLE_NVSANDBOXUTILS}
 
@@ -147,6 +146,24 @@ class Generation:
                 if gid not in edits.additional_gids:
                     edits.additional_gids.append(gid)
         return edits
+
+
+def coherence_groups(driver, device_ids) -> list[tuple[str, list[str]]]:
+    """``(infix, GPU UUIDs)`` of the selected whole GPUs, coherent (ATS) or not, as NVML says.
+
+    The reference's coherent-annotations flag writes each group as a spec of
+    its own, class ``<class><infix>``, beside the full one; MIG devices are in
+    neither.
+    """
+    from nvct.devices import select
+
+    gpus = select(tuple(device_ids), driver, what="--device-id").gpus
+    if not gpus:
+        return []
+    with driver.nvml() as nvml:
+        coherent = {gpu.uuid: nvml.coherent(nvml.handle_by_uuid(gpu.uuid)) for gpu in gpus}
+    groups = [(infix, [u for u, c in coherent.items() if c is want]) for infix, want in COHERENCE_SPECS]
+    return [(infix, uuids) for infix, uuids in groups if uuids]
 
 
 def split_steps(args) -> list[list[str]]:

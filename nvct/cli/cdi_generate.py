@@ -205,15 +205,32 @@ def run(config, given: dict) -> str | None:
                     config.get("nvidia-container-cli.ldcache") or None)
     generation = features.Generation(o["feature_flags"], o["disabled_hooks"], o["enabled_hooks"])
     device_ids = o["device_ids"] or ("all",)
-    raw = generate.generate(
-        driver, hook_path=hook_path, vendor=o["vendor"], cls=o["cls"], device_ids=device_ids,
-        strategies=o["strategies"] or generate.DEFAULT_STRATEGIES, mode=o["mode"],
-        all_device=not o["no_all_device"], ldconfig=ldconfig, generation=generation)
-    if not o["output"]:
-        sys.stdout.write(encoding.dumps(raw, fmt))
-        return None
-    written = spec_mod.save(raw, o["output"], fmt)
-    return f"nvct: wrote {written} (cdiVersion {raw['cdiVersion']}, {len(raw['devices'])} devices)"
+
+    def spec(cls: str, ids) -> dict:
+        return generate.generate(
+            driver, hook_path=hook_path, vendor=o["vendor"], cls=cls, device_ids=ids,
+            strategies=o["strategies"] or generate.DEFAULT_STRATEGIES, mode=o["mode"],
+            all_device=not o["no_all_device"], ldconfig=ldconfig, generation=generation)
+
+    specs = [("", spec(o["cls"], device_ids))]
+    if (features.COHERENT_ANNOTATIONS in generation.features and o["mode"] in ("auto", "nvml")
+            and "none" not in device_ids):
+        specs += [(infix, spec(o["cls"] + infix, uuids))
+                  for infix, uuids in features.coherence_groups(driver, device_ids)]
+    lines = []
+    for infix, raw in specs:
+        if not o["output"]:
+            sys.stdout.write(encoding.dumps(raw, fmt))
+            continue
+        written = spec_mod.save(raw, _with_infix(o["output"], infix), fmt)
+        lines.append(f"nvct: wrote {written} (cdiVersion {raw['cdiVersion']}, {len(raw['devices'])} devices)")
+    return "\n".join(lines) or None
+
+
+def _with_infix(path: str, infix: str) -> str:
+    """``nvidia.yaml`` -> ``nvidia.coherent.yaml``, as the reference names the extra specs."""
+    stem, ext = os.path.splitext(path)
+    return stem + infix + ext if os.path.basename(stem) else path + infix
 
 
 def _warn_unused(o: dict) -> None:

@@ -196,15 +196,16 @@ def test_all_hooks_off_leaves_the_mps_mount_out_with_a_warning(entry_points, nod
 
 def test_unknown_hooks_and_feature_flags_are_warned_about(entry_points, node):
     proc = _generate(entry_points, node, "--disable-hook", "no-such-hook", "--feature-flag", "no-such-flag",
-                     "--feature-flags", "enable-coherent-annotations,disable-nvsandboxutils")
-    assert proc.stderr.splitlines() == [
-        "nvct: warning: --feature-flag enable-coherent-annotations ignored: nvct does not read GPU coherence; "
-        "no .coherent/.noncoherent specs are written",
+                     "--feature-flags", "disable-multiple-csv-devices,disable-nvsandboxutils")
+    flags, hooks = proc.stderr.splitlines()[:2], proc.stderr.splitlines()[2:]
+    assert flags == [
+        "nvct: warning: --feature-flag disable-multiple-csv-devices ignored: nvct has no csv (Tegra) mode",
         "nvct: warning: --feature-flag no-such-flag ignored: not a feature flag nvct or the reference knows",
-        "nvct: warning: --disable-hook no-such-hook ignored: not a hook name (one of create-symlinks, "
-        "enable-cuda-compat, update-ldcache, disable-device-node-modification, chmod, "
-        "update-application-profile, or all)",
     ]
+    (hook,) = hooks
+    assert hook.startswith("nvct: warning: --disable-hook no-such-hook ignored: not a hook name (one of "
+                           "create-symlinks, enable-cuda-compat, update-ldcache, disable-device-node-modification, "
+                           "chmod, update-application-profile") and hook.endswith(", or all)")
     assert _steps(_spec(proc))[0] == "create-symlinks"
 
 
@@ -341,7 +342,7 @@ def test_jit_cdi_keys_nvct_does_not_implement_are_warned_about(tmp_path):
 
     key = "nvidia-container-runtime.modes.jit-cdi"
     conf = config_mod.Config({"nvidia-container-runtime": {"modes": {"jit-cdi": {
-        "nvcdi-feature-flags": ["enable-coherent-annotations", "disable-nvsandbox-utils"],
+        "nvcdi-feature-flags": ["disable-multiple-csv-devices", "disable-nvsandbox-utils"],
         "nvcdi-disable-hooks": ["chmod", "typo"]}}}}, "config.toml", env={})
     log.setup(level="warning", path=str(tmp_path / "log"))
     try:
@@ -349,10 +350,10 @@ def test_jit_cdi_keys_nvct_does_not_implement_are_warned_about(tmp_path):
     finally:
         log.setup()
     text = (tmp_path / "log").read_text()
-    assert f"{key}.nvcdi-feature-flags enable-coherent-annotations ignored: nvct does not read GPU coherence" in text
+    assert f"{key}.nvcdi-feature-flags disable-multiple-csv-devices ignored: nvct has no csv (Tegra) mode" in text
     assert f"{key}.nvcdi-disable-hooks typo ignored: not a hook name" in text
     assert len(text.splitlines()) == 2 and "nvsandbox" not in text  # the old spelling is the reference's alias
-    assert generation.features == {"enable-coherent-annotations", "disable-nvsandboxutils"}
+    assert generation.features == {"disable-multiple-csv-devices", "disable-nvsandboxutils"}
 
 
 def test_a_jit_cdi_key_of_the_wrong_type_is_one_line():
@@ -365,3 +366,63 @@ def test_a_jit_cdi_key_of_the_wrong_type_is_one_line():
     with pytest.raises(ConfigError, match="^config.toml: nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks: "
                                           "must be a list of strings$"):
         features.for_jit(conf)
+
+
+# --- coherent annotations --------------------------------------------------------------------------
+
+def test_coherent_annotations_write_a_noncoherent_spec_beside_the_full_one(entry_points, node, tmp_path):
+    """The simulated NVML has no nvmlDeviceGetAddressingMode: every GPU is non-coherent, as go-nvlib says."""
+    out = tmp_path / "nvidia.yaml"
+    proc = _generate(entry_points, node, "--feature-flag", "enable-coherent-annotations", "--output", str(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nvidia.noncoherent.yaml", "nvidia.yaml"]
+    assert proc.stderr.splitlines()[1] == (f"nvct: wrote {tmp_path}/nvidia.noncoherent.yaml "
+                                           "(cdiVersion 0.6.0, 17 devices)")
+    full, extra = (spec_mod.read(str(tmp_path / n)).raw for n in ("nvidia.yaml", "nvidia.noncoherent.yaml"))
+    assert extra["kind"] == "nvidia.com/gpu.noncoherent"
+    gpus = {str(g["index"]) for g in node["gpus"]} | {g["uuid"] for g in node["gpus"]}
+    assert _names(extra) == gpus | {"all"}  # whole GPUs only, no MIG device
+    assert _names(full) > _names(extra) and "0:0" in _names(full)
+    assert full == _spec(_generate(entry_points, node, "--format", "yaml"))
+
+
+def test_coherent_gpus_get_a_coherent_spec(node, tmp_path, monkeypatch):
+    from nvct import nvml
+    from nvct.cli import cdi_generate
+
+    from .conftest import node_config
+
+    coherent = {node["gpus"][1]["uuid"], node["gpus"][5]["uuid"]}
+    monkeypatch.setattr(nvml.Nvml, "coherent", lambda self, handle: self.uuid(handle) in coherent)
+    for var in [v for v in os.environ if v.startswith("NVIDIA_CTK_")]:
+        monkeypatch.delenv(var)
+    message = cdi_generate.run(node_config(node), {"output": str(tmp_path / "nvidia.json"),
+                                                   "feature_flags": ["enable-coherent-annotations"]})
+    assert len(message.splitlines()) == 3
+    raw = spec_mod.read(str(tmp_path / "nvidia.coherent.json")).raw
+    assert raw["kind"] == "nvidia.com/gpu.coherent" and _names(raw) == {"1", "5", "all"} | coherent
+    raw = spec_mod.read(str(tmp_path / "nvidia.noncoherent.json")).raw
+    assert "1" not in _names(raw) and "0" in _names(raw)
+
+
+@pytest.mark.parametrize("rc, value, coherent", [(0, 2, True), (0, 1, False), (0, 0, False), (3, 0, False)])
+def test_nvml_coherence_is_ats_addressing(rc, value, coherent):
+    import ctypes
+
+    from nvct import nvml
+
+    seen = []
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    def get_mode(handle, mode):
+        words = ctypes.cast(mode, ctypes.POINTER(ctypes.c_uint * 2)).contents
+        seen.append(words[0])
+        words[1] = value
+        return rc
+
+    lib = type("Lib", (), {"nvmlDeviceGetAddressingMode": get_mode})()
+    n = object.__new__(nvml.Nvml)
+    n._lib, n._path = lib, "libnvidia-ml.so.1"
+    assert n.coherent(None) is coherent
+    assert seen == [8 | 1 << 24]  # nvmlDeviceAddressingMode_v1
+    n._lib = object()
+    assert n.coherent(None) is False  # a driver without the call
