@@ -144,16 +144,9 @@ def on_this_node(cli: str, *, path_env: str, docker_socket: str = "/var/run/dock
         if binary is None:
             return Path(cli, NONE, f"no {cli} on PATH ({path_env})"), list(DEFAULT_SPEC_DIRS)
         return client_path(cli, binary, path_env), list(DEFAULT_SPEC_DIRS)
-    from nvct.doctor.runtimes import _read_json, dockerd_pid
-    from nvct.errors import ConfigError
+    from nvct.doctor.runtimes import dockerd_pid
 
-    try:
-        config = _read_json(docker_config) or {}
-    except ConfigError:
-        config = {}
-    dirs = config.get("cdi-spec-dirs")
-    dirs = list(dirs) if isinstance(dirs, list) and dirs else list(DEFAULT_SPEC_DIRS)
-    enabled = (config.get("features") or {}).get("cdi", True) is not False
+    enabled, dirs = docker_cdi(docker_config)
     pid, _ = dockerd_pid(docker_socket, docker_pidfile)
     binary = exe(pid) if pid is not None else None
     if binary is not None:
@@ -168,6 +161,21 @@ def on_this_node(cli: str, *, path_env: str, docker_socket: str = "/var/run/dock
         if binary is None:
             return Path(cli, NONE, f"no dockerd runs, and none is on PATH ({path_env})"), dirs
     return docker_path(binary, path_env, cdi_enabled=enabled), dirs
+
+
+def docker_cdi(config_path: str) -> tuple[bool, list[str]]:
+    """dockerd's CDI settings: enabled (``features.cdi``, on unless false) and its spec directories."""
+    from nvct.doctor.runtimes import _read_json
+    from nvct.errors import ConfigError
+
+    try:
+        config = _read_json(config_path) or {}
+    except ConfigError:  # runtime.docker says what is wrong with the file
+        config = {}
+    dirs = config.get("cdi-spec-dirs")
+    features = config.get("features")
+    enabled = (features.get("cdi", True) if isinstance(features, dict) else True) is not False
+    return enabled, (list(dirs) if isinstance(dirs, list) and dirs else list(DEFAULT_SPEC_DIRS))
 
 
 def hook_devices(cli: str, value: str) -> str:

@@ -70,6 +70,16 @@ def check_docker_gpus(ctx: Context):
         if not (os.path.exists(ctx.options.docker_config) or _which("dockerd", ctx.options.default_path)):
             yield info("runtime.docker-gpus", "no dockerd runs here and docker is not installed")
             return
+        from nvct import clipaths
+
+        route, dirs = clipaths.on_this_node("docker", path_env=ctx.options.default_path,
+                                            docker_socket=ctx.options.docker_socket,
+                                            docker_pidfile=ctx.options.docker_pidfile,
+                                            docker_config=ctx.options.docker_config)
+        if route.route == "cdi":
+            yield from _cdi_route("runtime.docker-gpus", f"no dockerd runs ({how}); started with the default PATH",
+                                  route, dirs, ["all"])
+            return
         hook = _which(HOOK_BINARY, ctx.options.default_path)
         if hook:
             yield ok("runtime.docker-gpus", f"no dockerd runs ({how}); started with the default PATH it "
@@ -129,21 +139,13 @@ def _docker_route(ctx: Context, pid: int, path: str):
     binary = clipaths.exe(pid)
     if binary is None:
         return None
-    try:
-        cdi_enabled = ((_read_json(ctx.options.docker_config) or {}).get("features") or {}).get("cdi", True)
-    except ConfigError:
-        cdi_enabled = True  # runtime.docker says what is wrong with the file
-    return clipaths.docker_path(binary, path, cdi_enabled=cdi_enabled is not False)
+    return clipaths.docker_path(binary, path, cdi_enabled=clipaths.docker_cdi(ctx.options.docker_config)[0])
 
 
 def _docker_spec_dirs(ctx: Context) -> list[str]:
     from nvct import clipaths
 
-    try:
-        dirs = (_read_json(ctx.options.docker_config) or {}).get("cdi-spec-dirs")
-    except ConfigError:
-        dirs = None
-    return list(dirs) if isinstance(dirs, list) and dirs else list(clipaths.DEFAULT_SPEC_DIRS)
+    return clipaths.docker_cdi(ctx.options.docker_config)[1]
 
 
 def _cdi_route(id: str, who: str, route, dirs: list[str], values: list[str]):
@@ -194,6 +196,20 @@ def check_ctr_gpus(ctx: Context):
                    "the variable named before ctr run --gpus")
         return
     yield ok("runtime.ctr-gpus", f"ctr run --gpus takes the hook path ({route.why}), and it runs in this environment")
+
+
+def check_nerdctl_gpus(ctx: Context):
+    """``nerdctl run --gpus``: nvidia-container-cli on the caller's PATH, or CDI names (nerdctl 2.3)."""
+    from nvct import clipaths
+
+    route, dirs = clipaths.on_this_node("nerdctl", path_env=ctx.options.env.get("PATH", ""))
+    if route.route == "cdi":
+        yield from _cdi_route("runtime.nerdctl-gpus", "nerdctl", route, dirs, ["all"])
+    elif route.route == "hook":
+        yield ok("runtime.nerdctl-gpus", f"nerdctl run --gpus takes the hook path ({route.why})")
+    elif route.program:  # nerdctl is here, its hook program is not
+        yield info("runtime.nerdctl-gpus", f"{route.why}",
+                   f"for nerdctl run --gpus: ln -s {our_binary(CLI_BINARY)} /usr/bin/{CLI_BINARY}")
 
 
 def _fails_in(environ: dict[str, str], argv: list[str]) -> str | None:
@@ -448,4 +464,4 @@ def _read_toml(path: str):
     return None if raw is None else parse_toml(raw, path)
 
 
-CHECKS = (check_docker, check_docker_gpus, check_containerd, check_ctr_gpus, check_crio)
+CHECKS = (check_docker, check_docker_gpus, check_containerd, check_ctr_gpus, check_nerdctl_gpus, check_crio)

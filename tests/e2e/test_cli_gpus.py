@@ -147,6 +147,21 @@ def test_ctr_2_1_gpus_runs_nvidia_container_cli(node, sim_node, busybox_image_ta
     assert found["status"] == "ok" and "ctr run --gpus takes the hook path" in found["seen"], found
 
 
+@pytest.mark.parametrize("knows_the_cli", [True, False], ids=["nerdctl-2.2", "nerdctl-2.3"])
+def test_doctor_says_which_path_nerdctl_takes(node, spec, tmp_path, knows_the_cli):
+    """No nerdctl in Debian: a stand-in program, with or without the hook program's name in it."""
+    path = _bin(tmp_path / "bin", "nvidia-container-cli")
+    (tmp_path / "bin" / "nerdctl").write_text("#!/bin/sh\n# " + ("nvidia-container-cli" if knows_the_cli else "") + "\n")
+    (tmp_path / "bin" / "nerdctl").chmod(0o755)
+    found = _doctor(node, env={"PATH": f"{path}:/usr/sbin:/usr/bin:/sbin:/bin"})["runtime.nerdctl-gpus"]
+    assert found["status"] == "ok", found
+    if knows_the_cli:
+        assert "nerdctl run --gpus takes the hook path" in found["seen"]
+    else:
+        assert "nerdctl run --gpus all takes the CDI path: nvidia.com/gpu=all resolve in /etc/cdi, /var/run/cdi" \
+            in found["seen"]
+
+
 # --- podman 5 ---
 def test_podman_5_device_names_a_cdi_device_of_nvcts_spec(node, sim_node, spec, busybox_image_tar):
     from tests.support.podman import Podman
