@@ -86,11 +86,35 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
         edits.extend(gated_edits(driver, feature))
     edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
                               ldconfig=ldconfig_setting(config), generation=generation))
+    if generation is not None and generation.hook_enabled(MEMORY_LIMITS_HOOK):
+        edits.extend(memory_limit_edits(request, driver, selection.gpus, hook_path or hook_executable(config)))
     if generation is not None:
         generation.finish(edits)
     logger.debug("edits for %r: %d device node(s), %d mount(s), %d hook(s)", request,
                  len(edits.device_nodes), len(edits.mounts), len(edits.hooks))
     return edits
+
+
+#: The reference's createRuntime hook that sets a container's GPU memory limits through NVML.
+MEMORY_LIMITS_HOOK = "apply-cuda-memory-limits"
+#: The variables it reads (MiB): a request and a limit, each under the reference's two names.
+MEMORY_VARIABLES = (("NVIDIA_GPU_MEMORY_REQUESTS", "NVIDIA_GPU_MEMORY_REQUEST"),
+                    ("NVIDIA_GPU_MEMORY_LIMITS", "NVIDIA_GPU_MEMORY_LIMIT"))
+
+
+def memory_limit_edits(request: Request, driver: Driver, gpus, hook_path: str) -> ContainerEdits:
+    """jit-cdi: the apply-cuda-memory-limits hook for the whole GPUs, when the container sets both variables.
+
+    One hook for all of them (the reference's specs have one per GPU, run on every
+    start); without the variables there is nothing for it to do, so no hook.
+    """
+    if not gpus or not all(any(n in request.env for n in names) for names in MEMORY_VARIABLES):
+        return ContainerEdits()
+    argv = [*chain_prefix(hook_path)[:-1], MEMORY_LIMITS_HOOK, "--driver-root", driver.driver_root]
+    for gpu in gpus:
+        argv += ["--gpu-id", gpu.uuid]
+    return ContainerEdits(hooks=[Hook("createRuntime", hook_path, tuple(argv),
+                                      reason="NVIDIA_GPU_MEMORY_REQUEST/LIMIT: GPU memory limits by NVML")])
 
 
 def selection_for(request: Request, driver: Driver, config) -> Selection:

@@ -130,6 +130,21 @@ class Nvml:
         self._check("nvmlDeviceGetAddressingMode", rc)
         return mode.value == _ADDRESSING_ATS
 
+    def set_memory_limits(self, handle, cgroup: str, soft: int, hard: int) -> None:
+        """Soft and hard GPU memory limits (bytes) for the processes of the cgroup v2 directory ``cgroup``.
+
+        ``nvmlDeviceSetMemoryLimits_v1``: drivers without it get one line saying so.
+        """
+        class _Limits(ctypes.Structure):  # nvmlDeviceSetMemoryLimits_v1_t
+            _fields_ = [("nameSpace", ctypes.c_char_p), ("softLimit", ctypes.c_ulonglong),
+                        ("hardLimit", ctypes.c_ulonglong)]
+
+        name = "nvmlDeviceSetMemoryLimits_v1"
+        if getattr(self._lib, name, None) is None:
+            raise DriverError(f"{self._path}: this driver's NVML has no {name}: "
+                              "it cannot limit a container's GPU memory (a newer driver can)")
+        self._call(name, handle, ctypes.byref(_Limits(cgroup.encode(), soft, hard)))
+
     def mig_devices(self, handle) -> list[MigInfo]:
         """The MIG devices of a GPU (empty when MIG is off or unsupported)."""
         current, pending = ctypes.c_uint(), ctypes.c_uint()

@@ -359,6 +359,80 @@ def mount_flags(options, what: str) -> dict[str, bool]:
     return out
 
 
+#: The variables apply-cuda-memory-limits reads (MiB), the reference's plural names first.
+_MEMORY_REQUEST = ("NVIDIA_GPU_MEMORY_REQUESTS", "NVIDIA_GPU_MEMORY_REQUEST")
+_MEMORY_LIMIT = ("NVIDIA_GPU_MEMORY_LIMITS", "NVIDIA_GPU_MEMORY_LIMIT")
+
+
+def apply_cuda_memory_limits(args: _Args, ctx: HookContext) -> None:
+    """``--driver-root R --gpu-id UUID...``: the container's GPU memory request and limit, set by NVML.
+
+    A createRuntime hook (the reference's): the container's process exists and
+    is in its cgroup. With both ``NVIDIA_GPU_MEMORY_REQUEST(S)`` and
+    ``NVIDIA_GPU_MEMORY_LIMIT(S)`` (MiB) in its env, each ``--gpu-id`` GPU gets
+    them as soft and hard limits for the container's cgroup v2 directory
+    (``nvmlDeviceSetMemoryLimits_v1``). The cgroup is the one the kernel lists
+    for the container's process, so cgroupfs paths work as well as systemd's.
+    """
+    from nvct import cgroups
+    from nvct.errors import ContainerError
+
+    env = _spec_env(ctx.spec)
+    request = next((env[n] for n in _MEMORY_REQUEST if n in env), None)
+    limit = next((env[n] for n in _MEMORY_LIMIT if n in env), None)
+    if request is None and limit is None:
+        return
+    if request is None or limit is None:
+        missing = _MEMORY_REQUEST[1] if request is None else _MEMORY_LIMIT[1]
+        sys.stderr.write(f"apply-cuda-memory-limits: {missing} is not set; no GPU memory limit is applied\n")
+        return
+    soft, hard = _mib(_MEMORY_REQUEST[1], request), _mib(_MEMORY_LIMIT[1], limit)
+    if soft > hard:
+        raise NvctError(f"apply-cuda-memory-limits: the GPU memory request ({soft} MiB) exceeds the limit ({hard} MiB)")
+    gpus = args.all("gpu-id")
+    if any(not g.strip() for g in gpus):
+        raise NvctError("apply-cuda-memory-limits: --gpu-id must not be empty")
+    if not gpus:
+        return
+    if ctx.pid is None:
+        raise ContainerError("apply-cuda-memory-limits: the OCI state names no pid (run it as a createRuntime hook)")
+    if cgroups.cgroup_version(ctx.pid) != 2:
+        raise ContainerError("apply-cuda-memory-limits: GPU memory limits need cgroup v2 "
+                             "(/sys/fs/cgroup is not cgroup2)")
+    cgroup = cgroups.unified_cgroup_dir(ctx.pid)
+    _set_memory_limits(args.one("driver-root") or "/", gpus, cgroup, soft << 20, hard << 20)
+
+
+def _set_memory_limits(driver_root: str, gpus: list[str], cgroup: str, soft: int, hard: int) -> None:
+    from nvct import nvml
+    from nvct.errors import DriverError
+
+    library = nvml.find_library(driver_root, None, os.uname().machine)
+    if library is None:
+        raise DriverError(f"apply-cuda-memory-limits: no libnvidia-ml.so.1 under the driver root {driver_root}")
+    with nvml.Nvml(library) as lib:
+        for uuid in gpus:
+            lib.set_memory_limits(lib.handle_by_uuid(uuid), cgroup, soft, hard)
+
+
+def _spec_env(spec: dict) -> dict[str, str]:
+    process = spec.get("process") if isinstance(spec, dict) else None
+    env = process.get("env") if isinstance(process, dict) else None
+    out: dict[str, str] = {}
+    for item in env if isinstance(env, list) else ():
+        if isinstance(item, str) and "=" in item:
+            name, _, value = item.partition("=")
+            out[name] = value
+    return out
+
+
+def _mib(name: str, value: str) -> int:
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) >= 1 << 44:
+        raise NvctError(f"apply-cuda-memory-limits: {name}={value!r} is not a whole number of MiB")
+    return int(text)
+
+
 _PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
 _PROFILE_FILE = _PROFILE_DIR + "/10-container.conf"
 
@@ -427,6 +501,7 @@ STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
     "update-application-profile": update_application_profile,
     "bind-mount": bind_mount,
     "readonly-root": readonly_root,
+    "apply-cuda-memory-limits": apply_cuda_memory_limits,
 }
 
 #: The steps that mask the driver's params (the reference's two names).

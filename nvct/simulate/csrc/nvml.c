@@ -1074,3 +1074,31 @@ EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInst
 {
     return nvmlComputeInstanceGetInfo_v2(computeInstance, info);
 }
+
+/* ---- GPU memory limits of a cgroup ----
+ * Real NVML applies them through the driver; the mock checks what real NVML
+ * would refuse (a MIG handle, a namespace that is no directory, soft above
+ * hard) and appends "<uuid> <namespace> <soft> <hard>" to
+ * <root>/var/nvml-memory-limits.log, so tests see the call. */
+#define MEMORY_LIMITS_LOG "/var/nvml-memory-limits.log"
+
+EXPORT nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlDeviceSetMemoryLimits_v1_t *limits)
+{
+    char root[4096], path[4200];
+    struct stat st;
+    FILE *log;
+
+    GPU_ONLY(device, limits);
+    if (limits->nameSpace == NULL || limits->nameSpace[0] != '/' || limits->softLimit > limits->hardLimit)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (stat(limits->nameSpace, &st) != 0 || !S_ISDIR(st.st_mode))
+        return NVML_ERROR_NOT_FOUND;
+    find_root(root, sizeof root);
+    snprintf(path, sizeof path, "%s%s", root, MEMORY_LIMITS_LOG);
+    log = fopen(path, "ae");
+    if (log == NULL)
+        return NVML_ERROR_UNKNOWN;
+    fprintf(log, "%s %s %llu %llu\n", g->uuid, limits->nameSpace, limits->softLimit, limits->hardLimit);
+    fclose(log);
+    return NVML_SUCCESS;
+}

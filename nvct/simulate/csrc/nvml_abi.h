@@ -187,4 +187,11 @@ typedef struct {
 enum { NVML_TEMPERATURE_GPU = 0 };
 enum { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_CLOCK_VIDEO = 3 };
 
+/* nvmlDeviceSetMemoryLimits_v1: limits (bytes) for the processes of one cgroup v2 directory. */
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+} nvmlDeviceSetMemoryLimits_v1_t;
+
 #endif
