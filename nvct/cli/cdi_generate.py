@@ -68,7 +68,7 @@ OPTIONS = (
            "Keep this hook even if disabled (chmod is off by default).", metavar="HOOK"),
     Option(("--feature-flag", "--feature-flags"), "feature_flags", LIST, (_G + "FEATURE_FLAGS",),
            "disable-ipc-discoverer, enable-explicit-driver-libraries, disable-nvsandboxutils, "
-           "no-additional-gids-for-device-nodes.", metavar="FLAG"),
+           "no-additional-gids-for-device-nodes, enable-coherent-annotations.", metavar="FLAG"),
     Option(("--library-search-path",), "library_search_paths", LIST, (_G + "LIBRARY_SEARCH_PATHS",),
            "csv mode only (as the reference); nvct finds libraries through the driver root's ld cache.",
            metavar="DIR"),
