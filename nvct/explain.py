@@ -54,6 +54,8 @@ class Explanation:
     error: str | None = None
     #: nvct's edits found in a bundle the shim had already rewritten (see :func:`unrewrite`).
     rewritten: list = field(default_factory=list)
+    #: CUDA forward compat: "used: why", "not used: why" or "not decided: why"; "" without the step.
+    compat: str = ""
 
 
 def spec_from_options(env: Sequence[str] = (), *, privileged: bool = False,
@@ -158,7 +160,40 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None,
     if result.mode == "cdi":
         result.env_reasons.update({e: "from the CDI spec" for e in result.edits.env})
     _requirements(result, config, driver)
+    if result.error is None:
+        result.compat = _compat(result, config, driver, bundle)
     return result
+
+
+def _compat(result: Explanation, config, driver, bundle: str | None) -> str:
+    """Whether the image's CUDA compat libcuda would be used, by the hook's own rule (steps.compat_choice).
+
+    Error 804 ("forward compatibility was attempted on non supported HW") is the
+    usual report when it is used where it cannot work: this says which way and why.
+    """
+    from nvct import injection, ocispec
+    from nvct.hooks.steps import _Args, _split, compat_choice
+    from nvct.rootfs import Rootfs
+
+    edits = result.inside if result.mode == "legacy" else _edits_of(result.before, config, driver)
+    args = None
+    for hook in edits.hooks if edits is not None else ():
+        chain = injection.chain_steps(list(hook.args))
+        argv = chain if chain is not None else list(hook.args[1:])  # NVIDIA's: [nvidia-ctk] [hook] <name>
+        argv = argv[2:] if argv[:1] == ["--container-root"] else argv[1:] if argv[:1] == ["hook"] else argv
+        for step in _split(argv):
+            if step[0] == "enable-cuda-compat":
+                args = step[1:]
+    if args is None:
+        return ""
+    if not bundle:
+        return "not decided: no bundle, so no image to look into (nvct explain --bundle)"
+    try:
+        with Rootfs(ocispec.rootfs(result.before, bundle), owners=ocispec.root_owners(result.before)) as root:
+            folder, why = compat_choice(root, _Args("enable-cuda-compat", args))
+    except NvctError as e:
+        return f"not decided: {e}"
+    return f"{'used' if folder else 'not used'}: {why}"
 
 
 def unrewrite(spec: dict, config, *, bundle: str | None = None, driver=None) -> tuple[dict, list[str]]:
@@ -429,6 +464,7 @@ def to_json(result: Explanation, *, diff: bool = False) -> dict:
         },
         "error": result.error,
         "rewritten": result.rewritten,
+        "cuda_compat": result.compat or None,
     }
     if result.mode == "legacy" and result.inside is not None:
         out["inside_note"] = ("legacy mode: the shim only inserts the prestart hook; at container start the "
@@ -498,6 +534,8 @@ def render_text(result: Explanation, *, diff: bool = False) -> str:
             verdict = "ok" if any(all(h for _, h in alt) for alt in alts) else "FAILS"
             detail = " | ".join(", ".join(f"{c} {'ok' if h else 'fails'}" for c, h in alt) for alt in alts)
             lines.append(f"  {name}={expr!r}: {verdict} ({detail})")
+    if result.compat:
+        lines.append(f"cuda compat: {result.compat}")
     if diff:
         lines.append(spec_diff(result).rstrip("\n") or "(config.json unchanged)")
     return "\n".join(lines) + "\n"

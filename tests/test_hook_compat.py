@@ -137,3 +137,34 @@ def test_a_hostile_note_is_bounded(tmp_path):
             elf.cuda_compat_note(fd, str(lib))
     finally:
         os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the simulated node)")
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi", "cdi"])
+@pytest.mark.parametrize("branches, verdict", [([535, 550], "used: "), ([570, 575], "not used: ")])
+def test_explain_says_why_compat_was_or_was_not_chosen(sim_node, tmp_path, mode, branches, verdict):
+    """The error-804 question (is the image's compat libcuda used on this host, and why) in nvct explain."""
+    from nvct import config as config_mod, explain, ocispec
+    from tests.support.bundle import make_bundle
+    from tests.support.rootfs import make_rootfs
+
+    rootfs = make_rootfs(str(tmp_path))
+    make_compat_libcuda(SOURCE, os.path.join(rootfs, "usr/local/cuda/compat/libcuda.so.575.57.08"),
+                        {"Format": 1, "CUDA Version": "12.9", "Driver": branches, "Device": [2]})
+    request = "nvidia.com/gpu=0" if mode == "cdi" else "0"
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], env=[f"NVIDIA_VISIBLE_DEVICES={request}"])
+    config = config_mod.load(sim_node["config"], env={})
+    config.data["nvidia-container-runtime"]["mode"] = mode
+    if mode == "cdi":
+        from tests.support.gpu_runs import spec_dir
+
+        config.data["nvidia-container-runtime"].setdefault("modes", {})["cdi"] = {
+            "spec-dirs": [spec_dir(tmp_path, sim_node)]}
+    result = explain.explain(ocispec.load(str(bundle)), config, bundle=str(bundle))
+    assert result.error is None, result.error
+    assert result.compat.startswith(verdict), result.compat
+    assert "libcuda.so.575.57.08" in result.compat
+    if verdict == "not used: ":
+        assert "not the host's 550" in result.compat and "804" in result.compat
+    assert f"cuda compat: {result.compat}" in explain.render_text(result)
+    assert explain.to_json(result)["cuda_compat"] == result.compat
