@@ -9,7 +9,7 @@ look its name up, so the name is in the binary; one that never looks it up
 cannot run it. Versions are reported, not trusted: distributions patch.
 
 Measured here: Debian's docker.io 28.5.2 and containerd 2.1.9 (its ctr) still
-take the hook path.
+take the hook path; podman 5.8's ``--gpus`` asks for CDI devices.
 """
 
 from __future__ import annotations
@@ -93,10 +93,11 @@ def cdi_names(cli: str, value: str) -> list[str]:
     """The CDI device names a ``--gpus`` value becomes on the CDI path.
 
     docker and nerdctl: ``all``, ``N`` (a count: the first N indices),
-    ``device=ID[,ID]`` (indices, UUIDs, MIG names as given); ctr: indices.
+    ``device=ID[,ID]`` (indices, UUIDs, MIG names as given); ctr and podman:
+    ``all`` or names (podman 5.8 measured: ``--gpus 1`` is GPU 1).
     """
     value = value.strip().strip('"')
-    if cli == "ctr":
+    if cli in ("ctr", "podman") and value != "all":
         return [f"{KIND}={i.strip()}" for i in value.split(",") if i.strip()]
     fields = [f.strip() for f in value.split(",")]
     if value == "all":
@@ -139,6 +140,8 @@ def on_this_node(cli: str, *, path_env: str, docker_socket: str = "/var/run/dock
     docker: the running dockerd's program and PATH (else ``dockerd`` on ``path_env``);
     ctr, nerdctl: the program on ``path_env``, the caller's PATH.
     """
+    if cli == "podman":  # podman 5's --gpus always asks for CDI devices
+        return Path(cli, CDI, f"podman asks for CDI devices ({KIND}=NAME) for --gpus"), list(DEFAULT_SPEC_DIRS)
     if cli != "docker":
         binary = shutil.which(cli, path=path_env)
         if binary is None:

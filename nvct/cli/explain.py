@@ -20,7 +20,7 @@ from nvct.cli import load_config
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--gpus", "gpus", metavar="VALUE", help="Instead: which path CLI run --gpus VALUE takes on this node "
               "(the NVIDIA hook, or CDI names resolved in the engine's spec directories).")
-@click.option("--cli", "cli", type=click.Choice(["docker", "ctr", "nerdctl"]), default="docker", show_default=True,
+@click.option("--cli", "cli", type=click.Choice(["docker", "ctr", "nerdctl", "podman"]), default="docker", show_default=True,
               help="The CLI whose --gpus is explained.")
 @click.option("--docker-socket", default="/var/run/docker.sock", show_default=True, metavar="SOCKET",
               help="dockerd's socket (its program and PATH decide docker's path).")

@@ -163,7 +163,8 @@ def test_doctor_says_which_path_nerdctl_takes(node, spec, tmp_path, knows_the_cl
 
 
 # --- podman 5 ---
-def test_podman_5_device_names_a_cdi_device_of_nvcts_spec(node, sim_node, spec, busybox_image_tar):
+@pytest.fixture(scope="module")
+def podman5(node, spec, busybox_image_tar):
     from tests.support.podman import Podman
 
     class NodePodman(Podman):
@@ -174,10 +175,27 @@ def test_podman_5_device_names_a_cdi_device_of_nvcts_spec(node, sim_node, spec, 
 
     with NodePodman(runtime="/usr/bin/crun") as podman:
         version = podman.podman(["--version"]).check().stdout
+        assert version.split()[-1].startswith("5."), version
         podman.load(busybox_image_tar)
-        result = podman.run(["--rm", "--device", "nvidia.com/gpu=0", BUSYBOX_IMAGE, "sh", "-c", PROBE])
-    assert version.split()[-1].startswith("5."), version
-    _gets(result, sim_node, [0])
+        yield podman
+
+
+def _name(sim_node, how: str) -> tuple[str, list, list]:
+    """A device name of nvct's spec, and the (gpus, migs) it stands for."""
+    gpu1 = sim_node["gpus"][1]
+    mig = sim_node["gpus"][0]["mig_devices"][1]
+    return {"index": ("1", [1], []), "uuid": (gpu1["uuid"], [1], []), "mig": ("0:1", [], [(0, 1)]),
+            "mig-uuid": (mig["uuid"], [], [(0, 1)])}[how]
+
+
+@pytest.mark.parametrize("how", ["index", "uuid", "mig", "mig-uuid"])
+def test_podman_5_device_names_a_cdi_device_of_nvcts_spec(podman5, sim_node, how):
+    name, gpus, migs = _name(sim_node, how)
+    result = podman5.run(["--rm", "--device", f"nvidia.com/gpu={name}", BUSYBOX_IMAGE, "sh", "-c", PROBE])
+    assert result.rc == 0, result.describe()
+    assert {line for line in result.stdout.splitlines() if line.startswith("/dev/")} == \
+        expected_nodes(sim_node, gpus, migs)
+    assert "ok libcuda.so.1" in result.stdout
 
 
 def _api_run(sock: str, image: str, cmd: list, device_requests: list):
@@ -310,3 +328,12 @@ def test_doctor_names_the_cdi_path_and_checks_its_names_resolve(cdi_dockerd, sim
     config.write_text(json.dumps({"cdi-spec-dirs": [str(specs)], "features": {"cdi": False}}))
     hook = _host_doctor(sock, str(config))
     assert hook["status"] == "ok" and "on the hook path" in hook["seen"] and "CDI is disabled" in hook["seen"], hook
+
+
+def test_podman_5_gpus_names_cdi_devices_by_index(podman5, node, sim_node):
+    """podman 5's --gpus N is nvidia.com/gpu=N, GPU N (as ctr's), not a count (as docker's)."""
+    _gets(podman5.run(["--rm", "--gpus", "1", BUSYBOX_IMAGE, "sh", "-c", PROBE]), sim_node, [1])
+    result = podman5.run(["--rm", "--gpus", "all", BUSYBOX_IMAGE, "sh", "-c", "ls /dev | grep -c '^nvidia[0-9]'"])
+    assert result.ok and result.stdout.strip() == str(len(sim_node["gpus"])), result.describe()
+    explained = node.nvct("explain", "--cli", "podman", "--gpus", "1")
+    assert explained.ok and "CDI devices: nvidia.com/gpu=1 " in explained.stdout, explained.describe()
