@@ -19,15 +19,20 @@ import click
               help="cri-o's drop-in directory (crio.conf beside it is read too).")
 @click.option("--cdi-dir", "cdi_dirs", multiple=True, metavar="DIR",
               help="CDI spec directory; repeatable (default: the config's spec-dirs).")
+@click.option("--toolkit-dir", "toolkit_dirs", multiple=True, metavar="DIR",
+              help="Where `nvct toolkit install` put the toolkit (stand-ins of a removed one stay there); repeatable "
+                   "(default: /usr/local/nvidia/toolkit).")
 @click.pass_context
 def doctor_command(ctx, as_json, deep, docker_config, docker_socket, docker_pidfile, containerd_config,
-                   crio_dir, cdi_dirs):
+                   crio_dir, cdi_dirs, toolkit_dirs):
     from nvct import doctor
 
     root = ctx.find_root().obj or {}
     options = doctor.Options(config_path=root.get("config_path"), deep=deep, docker_config=docker_config,
                              docker_socket=docker_socket, docker_pidfile=docker_pidfile,
                              containerd_config=containerd_config, crio_dir=crio_dir, cdi_dirs=tuple(cdi_dirs))
+    if toolkit_dirs:
+        options.toolkit_dirs = tuple(toolkit_dirs)
     findings = doctor.run(options)
     click.echo(doctor.render_json(findings) if as_json else doctor.render_text(findings), nl=False)
     raise SystemExit(doctor.exit_code(findings))

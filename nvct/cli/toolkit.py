@@ -184,3 +184,28 @@ def _json_object(text: str) -> dict:
     if not isinstance(value, dict):
         raise ConfigError("--runtime-config-override: expected a JSON object")
     return value
+
+
+@toolkit_group.command("prune-standins", help="Remove the stand-ins a removed nvct left at its runtime paths that no "
+                       "running container needs any more (what doctor's toolkit.standins names). PATH: a stand-in, "
+                       "or a directory of them; none: the default toolkit directory and the package's runtime paths.")
+@click.argument("paths", nargs=-1, metavar="[PATH]...")
+def prune_standins_command(paths: tuple[str, ...]) -> None:
+    import os
+
+    from nvct.doctor.model import default_toolkit_dir
+    from nvct.doctor.standins import places
+    from nvct.toolkit import standin
+
+    found: list[str] = [] if paths else places((default_toolkit_dir(),))
+    for path in map(os.path.abspath, paths):
+        if os.path.isdir(path) and not os.path.islink(path):
+            found += standin.standins(path)
+        elif standin.is_standin(path):
+            found.append(path)
+        else:
+            raise ConfigError(f"{path}: not a stand-in of nvct (nothing removed)")
+    removed = standin.prune_paths(found)
+    for path in found:
+        click.echo(f"removed {path}" if path in removed else
+                   f"kept {path}: a running container still needs it (it goes with the last of them)")

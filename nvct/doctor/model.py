@@ -29,7 +29,6 @@ OTHER_DRIVER_ROOTS = ("/run/nvidia/driver", "/")
 #: The PATH systemd gives services: dockerd's, when no dockerd runs to ask.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-
 @dataclass(frozen=True)
 class Finding:
     """One line of the report: ``seen`` is what was found, ``fix`` what to run or change."""
@@ -77,7 +76,17 @@ class Options:
     cdi_dirs: tuple[str, ...] = ()
     #: dockerd's PATH when no running dockerd can be asked.
     default_path: str = DEFAULT_PATH
+    #: where ``nvct toolkit install`` puts the toolkit (stand-ins of a removed one stay there)
+    toolkit_dirs: tuple[str, ...] = field(default_factory=lambda: (default_toolkit_dir(),))
     env: dict = field(default_factory=lambda: dict(os.environ))
+
+
+def default_toolkit_dir() -> str:
+    """``nvct toolkit install``'s toolkit directory by default (``--toolkit-install-dir``/toolkit)."""
+    from nvct.toolkit.layout import SUBDIR  # nvct.toolkit imports the doctor: not at module level
+    from nvct.toolkit.options import DEFAULT_INSTALL_DIR
+
+    return os.path.join(DEFAULT_INSTALL_DIR, SUBDIR)
 
 
 class Context:

@@ -24,6 +24,7 @@ import json
 import os
 import shlex
 import shutil
+import stat
 
 #: The first line of every stand-in (how :func:`prune` knows one).
 MARK = "# nvct stand-in:"
@@ -40,7 +41,10 @@ def referencing(paths: list[str], proc: str = "/proc") -> dict[str, list[int]]:
         pids = [int(name) for name in os.listdir(proc) if name.isdigit()]
     except OSError:
         return found
+    me = os.getpid() if proc == "/proc" else None  # the process asking (prune-standins PATH) needs nothing
     for pid in pids:
+        if pid == me:
+            continue
         for path in _named_by(os.path.join(proc, str(pid))) & wanted:
             found.setdefault(path, []).append(pid)
     return found
@@ -164,27 +168,42 @@ def standins(root: str) -> list[str]:
         names = sorted(os.listdir(root))
     except OSError:
         return out
-    for name in names:
-        path = os.path.join(root, name)
-        try:
-            with open(path, "rb") as f:
-                head = f.read(256)
-        except OSError:
-            continue
-        if head.startswith(b"#!/bin/sh\n" + MARK.encode()):
-            out.append(path)
-    return out
+    return [path for path in (os.path.join(root, name) for name in names) if is_standin(path)]
+
+
+def is_standin(path: str) -> bool:
+    """Whether ``path`` is a regular file that starts as :func:`script` writes it."""
+    try:
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
+            return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and \
+                f.read(256).startswith(b"#!/bin/sh\n" + MARK.encode())
+    except OSError:
+        return False
 
 
 def prune(root: str) -> list[str]:
     """Remove the stand-ins in ``root`` that no process names (and ``root`` once empty); those removed."""
-    found = standins(root)
+    return prune_paths(standins(root))
+
+
+def prune_paths(paths: list[str]) -> list[str]:
+    """Remove the stand-ins among ``paths`` that no process names (and each one's directory once empty)."""
+    found = [p for p in paths if is_standin(p)]
     needed = referencing(found)
-    removed = [p for p in found if p not in needed]
-    for path in removed:
-        os.unlink(path)
-    if removed and not os.listdir(root):
-        os.rmdir(root)
+    removed = []
+    for path in found:
+        if path in needed:
+            continue
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # it removed itself meanwhile (a delete)
+            pass
+        removed.append(path)
+    for directory in sorted({os.path.dirname(p) for p in removed}):
+        try:
+            os.rmdir(directory)
+        except OSError:  # not empty
+            pass
     return removed
 
 
