@@ -97,8 +97,14 @@ def test_docker_28_gpus_all_takes_the_hook_path(dockerd, sim_node):
     assert len([line for line in result.stdout.splitlines() if line.startswith("GPU ")]) == len(gpus)
 
 
-def test_docker_28_gpus_device_gets_exactly_that_gpu(dockerd, sim_node):
-    _gets(dockerd.run(["--rm", "--gpus", "device=1", BUSYBOX_IMAGE, "sh", "-c", PROBE]), sim_node, [1])
+@pytest.mark.parametrize("how", ["index", "uuid", "mig", "mig-uuid"])
+def test_docker_28_gpus_device_gets_exactly_that_device(dockerd, sim_node, how):
+    name, gpus, migs = _name(sim_node, how)
+    result = dockerd.run(["--rm", "--gpus", f"device={name}", BUSYBOX_IMAGE, "sh", "-c", PROBE])
+    assert result.rc == 0, result.describe() + dockerd.log_tail()
+    assert {line for line in result.stdout.splitlines() if line.startswith("/dev/")} == \
+        expected_nodes(sim_node, gpus, migs)
+    assert "ok libcuda.so.1" in result.stdout
 
 
 def test_docker_28_has_no_cdi_route_for_gpus(node, sim_node, busybox_image_tar, tmp_path):
@@ -115,10 +121,12 @@ def test_docker_28_has_no_cdi_route_for_gpus(node, sim_node, busybox_image_tar, 
     assert found["status"] == "fail" and "has no CDI route for --gpus" in found["seen"], found
 
 
-def test_docker_28_cdi_device_request_gets_exactly_that_gpu(dockerd, sim_node):
+@pytest.mark.parametrize("how", ["index", "uuid"])
+def test_docker_28_cdi_device_request_gets_exactly_that_gpu(dockerd, sim_node, how):
     """docker 28's CDI path: a ``cdi`` device request (the 20.10 client cannot say --device nvidia.com/gpu=1)."""
+    name, gpus, _ = _name(sim_node, how)
     _gets(_api_run(dockerd.socket, BUSYBOX_IMAGE, ["sh", "-c", PROBE],
-                   [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=1"]}]), sim_node, [1])
+                   [{"Driver": "cdi", "DeviceIDs": [f"nvidia.com/gpu={name}"]}]), sim_node, gpus)
 
 
 def test_explain_says_docker_28_hands_the_hook_the_device(node, dockerd):
