@@ -6,8 +6,9 @@ device plugin, the DRA driver, ``nvidia-cdi-refresh``) name
 with ``create-symlinks --link T::L``, ``update-ldcache --folder F``,
 ``create-soname-symlinks --folder F``,
 ``enable-cuda-compat --host-driver-version V``,
-``disable-device-node-modification`` (or its newer name ``update-nvidia-params``), ``chmod --mode M --path P`` and
-``update-application-profile``. Each is the step of the same name in
+``disable-device-node-modification`` (or its newer name ``update-nvidia-params``), ``chmod --mode M --path P``,
+``update-application-profile`` and the createRuntime hook ``apply-cuda-memory-limits --driver-root R
+--gpu-id UUID``. Each is the step of the same name in
 :mod:`nvct.hooks.steps`; an unknown name warns and exits 0, so a spec from a
 newer reference never stops a container.
 
