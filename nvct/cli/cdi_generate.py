@@ -269,11 +269,20 @@ def split_list(values) -> tuple[str, ...]:
 
 
 def output_format(fmt: str | None, output: str, default: str = "yaml") -> str:
-    """The format asked, else the one ``output``'s extension implies; a contradiction is refused."""
+    """The format asked, else the one ``output``'s extension implies.
+
+    JSON in a ``.yaml`` file is written with a warning, as the reference writes
+    it (JSON is YAML: every CDI reader parses it); YAML in a ``.json`` file,
+    which no JSON parser reads, is refused.
+    """
     from nvct.cdi.encoding import format_for
     from nvct.errors import NvctError
 
     implied = format_for(output) if output else None
     if fmt and implied and fmt.lower() != implied:
-        raise NvctError(f"--format {fmt} does not match --output {output}")
+        if fmt.lower() != "json":
+            raise NvctError(f"--format {fmt} does not match --output {output}")
+        from nvct.log import logger
+
+        logger.warning("writing JSON to %s, as --format asks (YAML readers parse it)", output)
     return (fmt or implied or default).lower()

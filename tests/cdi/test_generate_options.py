@@ -107,6 +107,17 @@ def test_the_format_variable_and_its_deprecated_alias(entry_points, node):
     assert not proc.stdout.startswith("{") and proc.stderr == ""
 
 
+def test_json_asked_for_a_yaml_file_is_written_with_a_warning(entry_points, node, tmp_path):
+    """The refresh unit's nvidia.yaml with NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT=json in its env file."""
+    out = tmp_path / "nvidia.yaml"
+    proc = _generate(entry_points, node,
+                     env={_G + "OUTPUT_FORMAT": "json", "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH": str(out)})
+    assert proc.stderr.startswith(f"nvct: warning: writing JSON to {out}, as --format asks")
+    assert out.read_text().startswith("{") and spec_mod.read(str(out)).devices
+    proc = _generate(entry_points, node, "--format", "yaml", "--output", str(tmp_path / "x.json"), ok=False)
+    assert proc.returncode == 1 and proc.stderr == f"nvct: --format yaml does not match --output {tmp_path}/x.json\n"
+
+
 def test_hook_path_variable(entry_points, node):
     raw = _spec(subprocess.run([entry_points["nvct"], "cdi", "generate"], capture_output=True, text=True,
                                env=_clean_env(node, {"NVIDIA_CTK_CDI_HOOK_PATH": "/opt/t/nvidia-ctk"}), check=True))
