@@ -390,3 +390,96 @@ def test_a_containerd_runtime_that_is_gone_fails_in_doctor_and_in_cri(tmp_path, 
     bad = [f for f in by_id(findings, "runtime.containerd") if f.status == "fail"]
     assert doctor.exit_code(findings) == 1 and len(bad) == 1, doctor.render_text(findings)
     assert "runtime 'nvidia' runs /nonexistent/nvidia-container-runtime" in bad[0].seen
+
+
+_EVIL_C = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void at_load(void) {
+    FILE *f = fopen("%s", "a");
+    if (f) { fprintf(f, "euid=%%d\n", (int)geteuid()); fclose(f); }
+}
+"""
+
+
+def _as_nobody(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_a_world_writable_toolkit_library_fails_and_really_gives_root(tmp_path, rootfs):
+    """permissions.chain's fail is true: a library of a toolkit install left 0666 is replaced by a
+    non-root user, and the next GPU container start runs that user's code as root. Its fix (chmod as
+    printed) stops the same write."""
+    need_runtime("runc")
+    need_binaries("/usr/bin/setpriv", "/usr/bin/gcc", "/usr/bin/patchelf")
+    import tempfile
+
+    from tests.toolkit.installer import NVCT, node_flags
+
+    node = GpuNode(tmp_path, real=True)
+    # a toolkit whose directories other users may traverse (tmp_path's are 0700), like /usr/local/nvidia
+    base = tempfile.mkdtemp(prefix="nvct-chain-", dir="/tmp")
+    try:
+        os.chmod(base, 0o755)
+        install = os.path.join(base, "install")
+        proc = subprocess.run([NVCT, "toolkit", "install", "--no-daemon", "--no-runtime-config",
+                               "--toolkit-install-dir", install, "--pid-file", os.path.join(base, "pid"),
+                               "--host-root", "/", *node_flags(node.manifest)],
+                              capture_output=True, text=True, timeout=120, env=_env(node))
+        assert proc.returncode == 0, proc.stderr
+        toolkit = os.path.join(install, "toolkit")
+        runtime = os.path.join(toolkit, "nvidia-container-runtime")
+        libz = os.path.realpath(os.path.join(toolkit, ".runtime", "current", "lib", "libz.so.1"))
+        options = dict(config_path=None, default_path=toolkit, toolkit_dirs=(toolkit,))
+        with open(os.path.join(toolkit, "nvidia-container-runtime")) as f:
+            assert "python" in f.read()
+        marker = os.path.join(base, "ran-as")
+
+        def chain():
+            (found,) = by_id(node.doctor(**options), "permissions.chain")
+            return found
+
+        def start(name: str) -> bool:
+            bundle = make_bundle(os.path.join(base, f"bundle-{name}"), rootfs, ["nvidia-smi", "-L"],
+                                 env=[PATH_ENV, f"NVIDIA_VISIBLE_DEVICES={GPU}"])
+            result = run_container([runtime], bundle, env={"PATH": os.environ["PATH"]})
+            return result.rc == 0 and f"UUID: {node.manifest['gpus'][GPU]['uuid']}" in result.stdout
+
+        assert chain().status == "ok", chain()
+        assert start("healthy")
+
+        os.chmod(libz, 0o666)
+        found = chain()
+        assert found.status == "fail" and libz in found.seen, found
+        # the attacker: a libz.so.1 that needs the real one (renamed) and runs its constructor first
+        evil = os.path.join(base, "evil")
+        os.makedirs(evil)
+        real = os.path.join(evil, "libzreal.so.1")
+        shutil.copy(libz, real)
+        subprocess.run(["patchelf", "--set-soname", "libzreal.so.1", real], check=True)
+        with open(os.path.join(evil, "evil.c"), "w") as f:
+            f.write(_EVIL_C % marker)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", os.path.join(evil, "libz.so.1"), os.path.join(evil, "evil.c"),
+                        "-Wl,-soname,libz.so.1", real, f"-Wl,-rpath,{evil}"], check=True)
+        os.chmod(evil, 0o755)
+        saved = os.path.join(base, "libz.saved")
+        shutil.copy(libz, saved)
+        wrote = _as_nobody(["cp", os.path.join(evil, "libz.so.1"), libz])
+        assert wrote.returncode == 0, wrote.stderr
+        assert start("attacked")  # the container still gets its GPU: nothing shows the attack...
+        with open(marker) as f:
+            assert f.read().splitlines()[:1] == ["euid=0"]  # ...but the user's code ran as root
+
+        # the fix, as printed, closes the hole: the same write is refused
+        shutil.copy(saved, libz)
+        os.unlink(marker)
+        command = found.fix.split("; then ", 1)[0]  # "...; then find out who changed them"
+        fix = subprocess.run(["sh", "-ec", command], capture_output=True, text=True, timeout=30)
+        assert fix.returncode == 0, (found.fix, fix.stderr)
+        refused = _as_nobody(["cp", os.path.join(evil, "libz.so.1"), libz])
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused
+        assert chain().status == "ok", chain()
+        assert start("fixed") and not os.path.exists(marker)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
