@@ -1,4 +1,4 @@
-"""A node root with today's engines (containerd 2.x, runc 1.3, crun, docker 28), and a way in.
+"""A node root with today's engines (containerd 2.x, runc 1.3, crun, docker 28, podman 5), and a way in.
 
 The host is Debian 12 (containerd 1.6, docker 20.10); the engines operators
 run today come from Debian's newer suites. ``mmdebstrap`` builds a root from
