@@ -168,3 +168,21 @@ def test_explain_says_why_compat_was_or_was_not_chosen(sim_node, tmp_path, mode,
         assert "not the host's 550" in result.compat and "804" in result.compat
     assert f"cuda compat: {result.compat}" in explain.render_text(result)
     assert explain.to_json(result)["cuda_compat"] == result.compat
+
+
+@pytest.mark.parametrize("plant", ["fifo", "escaping-link", "directory"])
+def test_a_libcuda_that_is_no_file_in_the_root_is_not_used(tmp_path, plant):
+    """A hostile image's compat "libcuda" (a FIFO, a link out of the root, a directory) is never
+    opened outside the root, never blocks, and is not used; the start goes on."""
+    root = tmp_path / "root"
+    folder = root / "usr/local/cuda/compat"
+    folder.mkdir(parents=True)
+    lib = folder / "libcuda.so.999.1.1"
+    if plant == "fifo":
+        os.mkfifo(lib)
+    elif plant == "escaping-link":
+        os.symlink(f"../../../../../../..{SOURCE}", lib)  # the host's file, were it followed out
+    else:
+        lib.mkdir()
+    folder_path, why = _choice(Rootfs(str(root)), "--host-driver-version=550.54.15")
+    assert folder_path is None and "cannot be read" in why, why

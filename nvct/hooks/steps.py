@@ -116,6 +116,8 @@ def compat_choice(root, args: _Args) -> tuple[str | None, str]:
     every one must be listed. Without a note, a newer driver major decides (older
     compat packages carry none).
     """
+    import stat
+
     host = args.one("host-driver-version") or ""
     host_cuda = args.one("host-cuda-version") or ""
     folder = _absolute(args.one("cuda-compat-container-root") or _COMPAT_DIR)
@@ -132,7 +134,14 @@ def compat_choice(root, args: _Args) -> tuple[str | None, str]:
         return None, f"the image has no libcuda.so.<version> in {folder}"
     version, name = best
     path = folder.rstrip("/") + "/" + name
-    note = _compat_note(root, path)
+    try:
+        fd = root.open(path)
+    except NvctError as e:
+        return None, f"{path} cannot be read: {e}"
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None, f"{path} cannot be read: not a regular file"
+    note = _compat_note(fd, path)
     host_version = _version(host)
     shown = ".".join(map(str, version))
     if note is None:
@@ -167,11 +176,10 @@ def compat_choice(root, args: _Args) -> tuple[str | None, str]:
     return root.realpath(folder), why
 
 
-def _compat_note(root, path: str) -> dict | None:
-    """The compat libcuda's note, read through the root; None without one or when unreadable."""
+def _compat_note(fd: int, path: str) -> dict | None:
+    """The note of the compat libcuda open at ``fd`` (closed here); None without one or when it is corrupt."""
     from nvct import elf
 
-    fd = root.open(path)
     try:
         return elf.cuda_compat_note(fd, path)
     except NvctError as e:
@@ -184,7 +192,7 @@ def _compat_note(root, path: str) -> dict | None:
 def _absolute(path: str) -> str:
     import posixpath
 
-    return posixpath.normpath("/" + path)
+    return posixpath.normpath("/" + path.lstrip("/"))
 
 
 def update_ldcache(args: _Args, ctx: HookContext) -> None:
