@@ -23,7 +23,7 @@ import yaml
 
 from nvct import doctor
 from tests.support.bundle import make_bundle
-from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries
+from tests.support.fixtures import BUSYBOX_IMAGE, BUSYBOX_IMAGE_QUALIFIED, need_binaries
 from tests.support.gpu_runs import PATH_ENV, SHIM, VENV_BIN, need_runtime
 from tests.support.proc import wait_until
 from tests.support.runtimes import run_container
@@ -483,3 +483,97 @@ def test_a_world_writable_toolkit_library_fails_and_really_gives_root(tmp_path, 
         assert start("fixed") and not os.path.exists(marker)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _docker_gpus(dockerd, node: GpuNode) -> tuple[bool, str]:
+    result = dockerd.run(["--rm", "--gpus", f"device={GPU}", BUSYBOX_IMAGE, "nvidia-smi", "-L"])
+    return result.rc == 0 and f"UUID: {node.manifest['gpus'][GPU]['uuid']}" in result.stdout, result.stderr
+
+
+def test_docker_gpus_verdicts_against_a_real_dockerd(tmp_path, busybox_image_tar):
+    """runtime.docker-gpus reads the PATH and environment of the dockerd that really runs: no hook on
+    its PATH fails, and so does docker run --gpus; the hook linked into a PATH directory (the fix) and
+    dockerd restarted, both work; an engine environment with Python's and the loader's variables is
+    fine for both; a relative NVIDIA_CTK_CONFIG_FILE_PATH makes the hook refuse, in doctor and in docker."""
+    need_runtime("runc")
+    need_binaries("/usr/sbin/dockerd", "/usr/bin/docker")
+    from nvct.doctor.runtimes import HOOK_BINARY
+    from tests.support.docker import Dockerd
+
+    node = GpuNode(tmp_path, real=True)
+    bindir = os.path.join(node.tmp, "dockerd-bin")  # first on dockerd's PATH; empty: no hook
+    os.makedirs(bindir)
+    config = {"NVIDIA_CTK_CONFIG_FILE_PATH": node.config}
+
+    def verdict(dockerd):
+        options = dict(docker_config=dockerd.config_file, docker_socket=dockerd.socket,
+                       docker_pidfile=dockerd.pidfile)
+        (found,) = by_id(node.doctor(**options), "runtime.docker-gpus")
+        return found
+
+    if shutil.which(HOOK_BINARY, path="/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"):
+        pytest.fail(f"{HOOK_BINARY} is installed on this host: dockerd cannot be started without it")
+    with Dockerd(path_prefix=[bindir], extra_env=config) as dockerd:
+        dockerd.load(busybox_image_tar)
+        found = verdict(dockerd)
+        got, stderr = _docker_gpus(dockerd, node)
+    assert not got and "could not select device driver" in stderr, stderr
+    assert found.status == "fail" and f"where there is no {HOOK_BINARY}" in found.seen, found
+    # the fix: its ln -s, into the first directory of dockerd's PATH (the printed one is /usr/bin, on it too)
+    link = found.fix.split(", then ", 1)[0].replace(f" /usr/bin/{HOOK_BINARY}", f" {bindir}/{HOOK_BINARY}")
+    assert link.startswith("ln -s ") and link.endswith(f"{bindir}/{HOOK_BINARY}"), found.fix
+    subprocess.run(["sh", "-ec", link], check=True)
+
+    hostile = {**config, "PYTHONHOME": "/nonexistent", "PYTHONPATH": "/nonexistent", "PYTHONSAFEPATH": "",
+               "LD_LIBRARY_PATH": "/nonexistent"}
+    for env, works, seen in ((config, True, "docker run --gpus works"),
+                             (hostile, True, "docker run --gpus works"),
+                             ({"NVIDIA_CTK_CONFIG_FILE_PATH": "relative/config.toml"}, False, "refusing to run")):
+        with Dockerd(path_prefix=[bindir], extra_env=env) as dockerd:  # restarted: it looks once, at start
+            dockerd.load(busybox_image_tar)
+            found = verdict(dockerd)
+            got, stderr = _docker_gpus(dockerd, node)
+        assert got == works, (env, stderr)
+        assert found.status == ("ok" if works else "fail") and seen in found.seen, (env, found)
+
+
+def test_ctr_gpus_verdicts_against_a_real_containerd(tmp_path, busybox_image_tar):
+    """runtime.ctr-gpus reads the caller's environment, which ctr hands its hook: no nvidia-container-cli
+    on PATH is info and ctr run --gpus fails; linked in (the fix), both work; a relative
+    NVIDIA_CTK_CONFIG_FILE_PATH fails in doctor and in ctr."""
+    need_runtime("runc")
+    need_binaries("/usr/bin/containerd", "/usr/bin/ctr")
+    from nvct.doctor.runtimes import CLI_BINARY
+    from tests.support.containerd import Containerd
+
+    node = GpuNode(tmp_path, real=True)
+    bindir = os.path.join(node.tmp, "ctr-bin")
+    os.makedirs(bindir)
+    uuid = f"UUID: {node.manifest['gpus'][GPU]['uuid']}"
+    with Containerd(path_prefix=[bindir], extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": node.config}) as containerd:
+        containerd.import_image(busybox_image_tar)
+
+        def case(env: dict):
+            (found,) = by_id(node.doctor(env=env), "runtime.ctr-gpus")
+            saved = containerd.env
+            containerd.env = env
+            try:
+                result = containerd.ctr_run(BUSYBOX_IMAGE_QUALIFIED, ["nvidia-smi", "-L"],
+                                            extra_args=["--gpus", str(GPU)])
+            finally:
+                containerd.env = saved
+            return found, result.rc == 0 and uuid in result.stdout, result
+
+        if shutil.which(CLI_BINARY, path=containerd.env["PATH"]):
+            pytest.fail(f"{CLI_BINARY} is installed on this host")
+        found, got, result = case(dict(containerd.env))
+        assert not got and CLI_BINARY in result.stderr, result.describe()
+        assert found.status == "info" and f"has no {CLI_BINARY}" in found.seen, found
+        link = found.fix.split(": ", 1)[1].replace(f" /usr/bin/{CLI_BINARY}", f" {bindir}/{CLI_BINARY}")
+        subprocess.run(["sh", "-ec", link], check=True)
+
+        found, got, result = case(dict(containerd.env))
+        assert got and found.status == "ok", (found, result.describe())
+        found, got, result = case({**containerd.env, "NVIDIA_CTK_CONFIG_FILE_PATH": "relative/config.toml"})
+        assert not got and "refusing to run" in result.stderr + result.stdout, result.describe()
+        assert found.status == "fail" and "refusing to run" in found.seen, found
