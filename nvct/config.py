@@ -89,6 +89,10 @@ class Config:
     def __init__(self, data: Mapping[str, object] | None = None, path: str | None = None,
                  env: Mapping[str, str] | None = None):
         self.path = path
+        #: The content identity of the file read (nvct.parsecache.digest); None: the defaults.
+        self.digest: str | None = None
+        #: The bytes read (for nvct.parsecache.keep); None: the defaults.
+        self.raw: bytes | None = None
         self._file = data or {}
         self.data = _merge(_copy(DEFAULTS), self._file)
         self._env = os.environ if env is None else env
@@ -188,20 +192,35 @@ class Config:
                 )
 
 
-def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Load the configuration by the reference's lookup order."""
+def load(path: str | None = None, env: Mapping[str, str] | None = None, *, digest: str | None = None) -> Config:
+    """Load the configuration by the reference's lookup order.
+
+    ``digest``: the config the shim decided with (the legacy hook's env): its
+    copy the shim kept (nvct.parsecache.keep), never the file read again,
+    which may have been rewritten since; the file only where no copy is
+    kept, and only while it still holds those bytes.
+    """
     env = os.environ if env is None else env
-    explicit = path is not None
+    explicit = path is not None or digest is not None
     path = path or default_path(env)
-    try:
-        raw = read_whole(path)
-    except FileNotFoundError:
-        if explicit:
-            raise ConfigError(f"{path}: config file not found") from None
-        return Config(None, None, env)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
-    return Config(_parse_cached(raw, path), path, env)
+    from nvct import parsecache
+
+    raw = parsecache.kept(digest) if digest else None
+    if raw is None:
+        try:
+            raw = read_whole(path)
+        except FileNotFoundError:
+            if explicit:
+                raise ConfigError(f"{path}: config file not found") from None
+            return Config(None, None, env)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
+        if digest and parsecache.digest(raw) != digest:
+            raise ConfigError(f"{path}: changed since the runtime accepted this container, and the runtime's "
+                              f"copy of it is gone ({parsecache.ROOT}); start the container again")
+    config = Config(_parse_cached(raw, path), path, env)
+    config.digest, config.raw = digest or parsecache.digest(raw), raw
+    return config
 
 
 #: How long a read waits for a config's writer to finish.

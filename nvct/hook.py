@@ -13,6 +13,9 @@ import os
 import sys
 import time
 
+#: nvct.modes.CONFIG_DIGEST_ENV (not imported: modes costs imports the hook's start need not pay).
+CONFIG_DIGEST_ENV = "NVCT_CONFIG_DIGEST"
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -56,10 +59,15 @@ def _prestart(config_path: str | None) -> None:
     from nvct.hooks.container import read_state
 
     path = config_path or config_mod.default_path()
-    seen = lowlevel.identity(path)  # before reading, as the shim does
-    config = config_mod.load(config_path)
-    # The names the hooks.d front greps for under this config (it never works them out itself).
-    problem = lowlevel.remember(path, seen, request_mod.request_markers(config))
+    # Legacy mode: the config the shim decided with (its kept copy), never a second read.
+    digest = os.environ.get(CONFIG_DIGEST_ENV)
+    if digest:
+        config, problem = config_mod.load(config_path, digest=digest), None
+    else:
+        seen = lowlevel.identity(path)  # before reading, as the shim does
+        config = config_mod.load(config_path)
+        # The names the hooks.d front greps for under this config (it never works them out itself).
+        problem = lowlevel.remember(path, seen, request_mod.request_markers(config))
     log.setup(config.get("nvidia-container-runtime.log-level") or "info",
               config.get("nvidia-container-cli.debug") or config.get("nvidia-container-runtime.debug"),
               fmt="json" if os.environ.get("NVCT_LOG_FORMAT") == "json" else "text")

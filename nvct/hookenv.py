@@ -43,7 +43,7 @@ ASIDE = "NVCT_ENV_"
 STEP_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: What the shim and the prestart hooks take back from the engine's environment.
 _ENGINE = ("PATH", "NVIDIA_CTK_CONFIG_FILE_PATH", "XDG_CONFIG_HOME", "NVCT_LOG_FORMAT", "NVCT_GPU_REQUEST",
-           "NVCT_DRIVER_ROOT", "NVCT_DEV_ROOT", "NVCT_PROC_ROOT")
+           "NVCT_CONFIG_DIGEST", "NVCT_DRIVER_ROOT", "NVCT_DEV_ROOT", "NVCT_PROC_ROOT")
 #: Of those, the paths: resolved from the working directory when relative.
 _PATHS = ("NVIDIA_CTK_CONFIG_FILE_PATH", "XDG_CONFIG_HOME", "NVCT_DRIVER_ROOT", "NVCT_DEV_ROOT", "NVCT_PROC_ROOT")
 

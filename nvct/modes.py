@@ -29,6 +29,9 @@ LOG_FORMAT_ENV = "NVCT_LOG_FORMAT"
 #: Set in the legacy hook's env: the shim inserted it for a spec that names a request (the shim's
 #: sh front does so without parsing the request), so the hook's sh front need not look.
 GPU_REQUEST_ENV = "NVCT_GPU_REQUEST"
+#: Set in the legacy hook's env: the content identity of the config the shim decided with; the
+#: hook reads the copy the shim kept of it (nvct.config.load), never config.toml a second time.
+CONFIG_DIGEST_ENV = "NVCT_CONFIG_DIGEST"
 
 
 class Modification:
@@ -205,6 +208,8 @@ def legacy_hook(config, log_format: str | None = None, path: str | None = None) 
     env = [f"{GPU_REQUEST_ENV}=1"]
     if config.path:
         env.append(f"NVIDIA_CTK_CONFIG_FILE_PATH={config.path}")
+        if getattr(config, "digest", None):
+            env.append(f"{CONFIG_DIGEST_ENV}={config.digest}")
     if log_format:
         env.append(f"{LOG_FORMAT_ENV}={log_format}")  # last: the sh front adds it the same way
     return Hook("prestart", path or legacy_hook_path(config), (HOOK_NAME, "prestart"), hook_env(*env),

@@ -67,8 +67,56 @@ def parse_cached(raw: bytes, path: str, kind: str, parse: Callable[[bytes], Any]
         os.close(directory)
 
 
-def _directory(kind: str) -> int | None:
-    """``ROOT/<kind>-cache`` opened through no symlink, only where nobody but root can write it."""
+def digest(raw: bytes) -> str:
+    """A file's content identity, as the legacy hook's env carries its config's (:func:`keep`)."""
+    try:
+        from _blake2 import blake2b  # built in: hashlib would cost ~7 ms of imports here
+    except ImportError:  # pragma: no cover - an interpreter without it
+        from hashlib import blake2b
+    return blake2b(raw, digest_size=16).hexdigest()
+
+
+def keep(raw: bytes) -> str | None:
+    """Keep ``raw`` (a config the shim decided with) under its :func:`digest` in ``ROOT/config-kept``.
+
+    The legacy hook runs after the shim, and the config may be rewritten in
+    between: the hook reads the kept copy (:func:`kept`), never the file
+    again. Returns the digest, or None where nothing can be kept.
+    """
+    name = digest(raw)
+    directory = _directory("config", "-kept")
+    if directory is None:
+        return None
+    try:
+        if _read_at(directory, name) != raw:
+            from nvct import fileutil
+
+            fileutil.replace_at(directory, name, raw, 0o600)
+            _trim(directory, name, suffix="")
+        return name
+    except OSError as e:
+        problems.append(f"{ROOT}/config-kept/{name}: not written: {e.strerror or e}")
+        return None
+    finally:
+        os.close(directory)
+
+
+def kept(name: str) -> bytes | None:
+    """The config bytes :func:`keep` kept under ``name``, if they are still there (and are those)."""
+    if not name or not name.isascii() or not name.isalnum():
+        return None
+    directory = _directory("config", "-kept", create=False)
+    if directory is None:
+        return None
+    try:
+        raw = _read_at(directory, name)
+    finally:
+        os.close(directory)
+    return raw if raw is not None and digest(raw) == name else None
+
+
+def _directory(kind: str, suffix: str = "-cache", *, create: bool = True) -> int | None:
+    """``ROOT/<kind><suffix>`` opened through no symlink, only where nobody but root can write it."""
     if os.geteuid() != 0:
         return None
     from nvct import fileutil
@@ -82,9 +130,9 @@ def _directory(kind: str) -> int | None:
         if not fileutil.private(os.fstat(top)):
             problems.append(f"{ROOT}: not used: not root's, or others may write it")
             return None
-        fd = fileutil.open_private_dir(top, f"{kind}-cache")
-        if fd is None:
-            problems.append(f"{ROOT}/{kind}-cache: not used: not root's, or others may write it")
+        fd = fileutil.open_private_dir(top, f"{kind}{suffix}", create=create)
+        if fd is None and create:
+            problems.append(f"{ROOT}/{kind}{suffix}: not used: not root's, or others may write it")
         return fd
     finally:
         os.close(top)
@@ -109,11 +157,13 @@ def _read_at(dir_fd: int, name: str) -> bytes | None:
         os.close(fd)
 
 
-def _trim(dir_fd: int, keep: str) -> None:
+def _trim(dir_fd: int, keep: str, suffix: str = ".marshal") -> None:
     """Keep the newest half of the directory's entries (and ``keep``) once it holds more than MAX_ENTRIES."""
+    from nvct.fileutil import temp_pid
+
     entries = []
     for name in os.listdir(dir_fd):
-        if name.endswith(".marshal") and name != keep:
+        if name.endswith(suffix) and name != keep and temp_pid(name) is None:
             try:
                 entries.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
             except OSError:

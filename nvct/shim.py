@@ -39,6 +39,10 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
             runtime = _despite_broken_config(args, path, e)
         else:
             _force_mode_by_name(config)
+            if config.mode == "legacy" and config.raw is not None:
+                from nvct import parsecache
+
+                parsecache.keep(config.raw)  # for the hook (nvct.config.load): not kept, it reads the file
             runtime = lowlevel.find(config.runtimes)
             from nvct.request import request_markers
 

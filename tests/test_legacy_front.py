@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nvct import parsecache
 from nvct.edits import HOOK_ENV
 from tests.support.fixtures import need_root
 from tests.support.legacy_front import Front, age, legacy_config, prime, shim_env
@@ -113,7 +114,9 @@ def _create(front, tmp_path, text, argv_before=(), name="bundle", keep=()):
 
 
 def _hook(front, log_format=None):
-    env = [*HOOK_ENV, "NVCT_GPU_REQUEST=1", f"NVIDIA_CTK_CONFIG_FILE_PATH={front.config}"]
+    with open(front.config, "rb") as f:
+        digest = parsecache.digest(f.read())
+    env = [*HOOK_ENV, "NVCT_GPU_REQUEST=1", f"NVIDIA_CTK_CONFIG_FILE_PATH={front.config}", f"NVCT_CONFIG_DIGEST={digest}"]
     if log_format:
         env.append(f"NVCT_LOG_FORMAT={log_format}")
     return {"path": front.hook, "args": ["nvidia-container-runtime-hook", "prestart"], "env": env}

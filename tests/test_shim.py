@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nvct import parsecache
 from nvct.edits import HOOK_ENV
 from tests.support.fixtures import need_root
 from tests.support.legacy_front import Front, age, shim_env
@@ -141,7 +142,8 @@ def test_legacy_mode_inserts_the_hook_once(tmp_path, fake_runc, sim_node):
     [hook] = spec["hooks"]["prestart"]
     assert hook["path"] == os.path.join(BIN, "nvidia-container-runtime-hook")
     assert hook["args"] == ["nvidia-container-runtime-hook", "prestart"]
-    assert hook["env"] == [*HOOK_ENV, "NVCT_GPU_REQUEST=1", f"NVIDIA_CTK_CONFIG_FILE_PATH={config}"]
+    assert hook["env"] == [*HOOK_ENV, "NVCT_GPU_REQUEST=1", f"NVIDIA_CTK_CONFIG_FILE_PATH={config}",
+                           f"NVCT_CONFIG_DIGEST={parsecache.digest(config.read_bytes())}"]
 
 
 def test_jit_cdi_mode_writes_devices_mounts_and_hides_env(tmp_path, fake_runc, sim_node):

@@ -19,6 +19,7 @@ from tests.security.conftest import snapshot
 from tests.support.fixtures import rootfs  # noqa: F401
 from tests.support.gpu_runs import PATH_ENV, SHIM, mounts_under, need_runtime, node_config, refusal, run_gpu
 from tests.support.bundle import make_bundle
+from tests.support.legacy_front import age, gpu_front, run as run_front
 from tests.support.runtimes import RUNTIMES, run_container
 
 pytestmark = pytest.mark.containers
@@ -117,3 +118,35 @@ def test_config_truncated_mid_line_is_an_error_naming_it(tmp_path, sim_node, roo
     assert not result.ok
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and config in lines[0] and "invalid TOML" in lines[0], result.describe()
+
+
+def _python_creates(front) -> int:
+    with open(front.log) as f:
+        return sum(line.startswith("from nvct.shim import main") and (" run --bundle" in line or " create " in line)
+                   for line in f)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_legacy_hook_uses_the_config_the_shim_decided_with(tmp_path, sim_node, rootfs, runtime):
+    """config.toml rewritten (here: broken) between the shim's accept and the hook: the container still gets
+    its GPU, whether the sh front appended the recorded hook or the Python shim did."""
+    need_runtime(runtime)
+    flag, wrapper = tmp_path / "break-config", tmp_path / "lowlevel"
+    config = str(tmp_path / "front/legacy.toml")  # gpu_front's
+    wrapper.write_text(f'#!/bin/sh\nif [ -e {flag} ]; then rm -f {flag}; printf "[broken\\n" > {config}; fi\n'
+                       f'exec {RUNTIMES[runtime][0]} "$@"\n')
+    wrapper.chmod(0o755)
+    front, config = gpu_front(tmp_path / "front", sim_node["config"], str(wrapper))
+    with open(config, "rb") as f:
+        whole = f.read()
+    for i, python in enumerate([0, 1]):  # the front's record; the Python shim (the config changed: not recorded)
+        flag.touch()
+        bundle = make_bundle(tmp_path / f"bundle{i}", rootfs, ["sh", "-c", "dlopen-probe libcuda.so.1"],
+                             env=[PATH_ENV, "NVIDIA_VISIBLE_DEVICES=0"])
+        before = _python_creates(front)
+        result = run_front(front, config, bundle)
+        assert result.ok and result.stdout.startswith("ok libcuda.so.1 /"), (i, result.describe())
+        assert not flag.exists() and _python_creates(front) - before == python
+        with open(config, "wb") as f:
+            f.write(whole)
+        age(config)

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from nvct import parsecache
 from nvct.toolkit import Installation, Layout, Options
 from nvct.toolkit.wrappers import runtime_wrapper
 from tests.security.test_engine_env import planted  # noqa: F401 - a fixture
@@ -203,5 +204,7 @@ def test_the_legacy_wrapper_appends_the_hook_to_a_gpu_create_without_python(inst
     assert not any("python" in p or "ld-linux" in p for p in execs), execs
     assert _calls(record) == [f"{config}|--log-format json create --bundle {bundle} c1"]
     [hook] = json.loads((bundle / "config.json").read_text())["hooks"]["prestart"]
-    assert (hook["path"], hook["env"][-2:]) == (layout.hook, [f"NVIDIA_CTK_CONFIG_FILE_PATH={config}",
-                                                               "NVCT_LOG_FORMAT=json"])
+    with open(config, "rb") as f:
+        digest = parsecache.digest(f.read())
+    assert (hook["path"], hook["env"][-3:]) == (layout.hook, [f"NVIDIA_CTK_CONFIG_FILE_PATH={config}",
+                                                               f"NVCT_CONFIG_DIGEST={digest}", "NVCT_LOG_FORMAT=json"])
