@@ -326,8 +326,9 @@ def _edits_of(spec: dict, config, driver) -> ContainerEdits | None:
 
             return cdi_modes.edits_for(request, config)
         from nvct import injection
+        from nvct.cdi.features import for_jit
 
-        return injection.container_edits(request, driver, config)
+        return injection.container_edits(request, driver, config, generation=for_jit(config))
     except NvctError:
         return None
 

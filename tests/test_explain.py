@@ -246,3 +246,17 @@ def test_unrewrite_finds_the_request_in_what_the_shim_wrote(node, value):
     spec, notes = explain.unrewrite(written, config)
     assert f"the request whose edits this spec holds: NVIDIA_VISIBLE_DEVICES={value}" in notes[-2]
     assert explain.explain(spec, config).edits.to_json() == explain.explain(original, config).edits.to_json()
+
+
+
+@pytest.mark.parametrize("key, value", [("nvcdi-disable-hooks", ["all"]),
+                                        ("nvcdi-feature-flags", ["disable-ipc-discoverer"])])
+def test_unrewrite_builds_jit_cdi_edits_with_the_configs_nvcdi_choices(node, key, value):
+    """explain builds jit-cdi's edits as the shim does, honouring nvcdi-disable-hooks and -feature-flags."""
+    config = config_for(node, "jit-cdi")
+    config.data["nvidia-container-runtime"].setdefault("modes", {}).setdefault("jit-cdi", {})[key] = value
+    original = gpu_spec("NVIDIA_VISIBLE_DEVICES=0,3")
+    written = shim_writes(original, config)
+    spec, notes = explain.unrewrite(written, config)
+    assert "the request whose edits this spec holds: NVIDIA_VISIBLE_DEVICES=0,3" in notes[-2]
+    assert explain.explain(spec, config).edits.to_json() == explain.explain(original, config).edits.to_json()
