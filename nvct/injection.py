@@ -74,6 +74,12 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     """
     if not request.is_gpu:
         return ContainerEdits()
+    from nvct import wsl
+
+    if wsl.is_wsl(driver):  # no NVIDIA module: /dev/dxg and the driver store (nvct.wsl)
+        edits = wsl.container_edits(request, driver, hook_path=hook_path or hook_executable(config),
+                                    ldconfig=ldconfig_setting(config))
+        return generation.finish(edits) if generation is not None else edits
     selection = selection_for(request, driver, config)
     edits = ContainerEdits()
     for gpu in selection.gpus:

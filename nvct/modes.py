@@ -262,6 +262,14 @@ def check_requirements(request: Request, driver, config) -> None:
     """Stop the start when an ``NVIDIA_REQUIRE_*`` condition fails against this driver."""
     if request.disable_require or not request.requirements:
         return
+    from nvct import wsl
+
+    if wsl.is_wsl(driver):
+        from nvct.log import logger
+
+        logger.warning("WSL2: NVIDIA_REQUIRE_* not checked (the driver is Windows': no module version, and "
+                       "its NVML runs only under WSL2)")
+        return
     from nvct import requirements
     from nvct.injection import selection_for
 

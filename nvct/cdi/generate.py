@@ -16,7 +16,9 @@ one ``all`` device with every NVIDIA device node, for monitoring containers.
 The modes ``gds``, ``mofed``, ``gdrcopy`` and ``nvswitch`` give one ``all``
 device with that subsystem's device nodes (and, for GDS, ``/etc/cufile.json``
 and ``/run/udev``); ``imex`` one device per IMEX channel, named by its number.
-Those specs have no edits of their own, as the reference's.
+Those specs have no edits of their own, as the reference's. ``wsl`` (chosen by
+``auto`` on a WSL2 node, :mod:`nvct.wsl`) gives one ``all`` device, ``/dev/dxg``,
+and the driver store's files as the spec's own edits.
 
 The result's ``cdiVersion`` is the lowest that can express it, so a plain GPU
 spec is readable by runtimes that know only CDI 0.5.0 (podman 4.3).
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from nvct import devices, injection
+from nvct import devices, injection, wsl
 from nvct.cdi import names, schema
 from nvct.cdi import spec as spec_mod
 from nvct.cdi.features import Generation
@@ -42,9 +44,9 @@ if TYPE_CHECKING:
 STRATEGIES = ("index", "uuid", "type-index")
 DEFAULT_STRATEGIES = ("index", "uuid")
 GATED_MODES = ("gds", "mofed", "gdrcopy", "nvswitch")
-MODES = ("auto", "nvml", "management", *GATED_MODES, "imex")
+MODES = ("auto", "nvml", "management", *GATED_MODES, "imex", "wsl")
 #: The reference's other modes, refused with the reason.
-UNSUPPORTED_MODES = {"csv": "Tegra's CSV mount lists", "wsl": "WSL2's /dev/dxg driver"}
+UNSUPPORTED_MODES = {"csv": "Tegra's CSV mount lists"}
 #: IMEX channel ids fit a device minor (20 bits).
 MAX_IMEX_CHANNEL = (1 << 20) - 1
 DEFAULT_VENDOR = "nvidia.com"
@@ -83,6 +85,14 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         raise NvctError(f"unknown CDI generate mode {mode!r} (one of {', '.join(MODES)})")
     if generation is None:
         generation = Generation()
+    if mode == "auto" and wsl.is_wsl(driver):  # as the reference: a WSL2 node gets the wsl spec
+        mode = "wsl"
+    if mode == "wsl":
+        wsl.check_ids(device_ids, "--device-id")
+        entries = [(ALL_DEVICE, ContainerEdits(device_nodes=[wsl.dxg_node(driver)]))]
+        common = generation.finish(wsl.common_edits(driver, hook_path=hook_path, ldconfig=ldconfig), gids=gids)
+        common.env.append(VOID_ENV)
+        return _spec(vendor, cls, entries, common, False, generation, gids)
     if mode == "management":  # libcuda may not create nodes, but the container has every node anyway
         generation = generation.with_disabled("disable-device-node-modification")
     if mode in GATED_MODES or mode == "imex":

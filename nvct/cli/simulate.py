@@ -27,9 +27,20 @@ def simulate_group():
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64", show_default=True,
               help="The node's architecture: aarch64 is a Grace (arm64, sbsa) node, a GH200 by default "
                    "(needs a cross compiler and an aarch64 ldconfig; see docs/platforms.md).")
-def node_command(directory, driver_version, gpus, mig, topology, device_nodes, force, arch):
+@click.option("--platform", type=click.Choice(["server", "wsl"]), default="server", show_default=True,
+              help="wsl: a WSL2 node (/dev/dxg and a Windows driver store; see docs/platforms.md).")
+def node_command(directory, driver_version, gpus, mig, topology, device_nodes, force, arch, platform):
     """Build a simulated GPU node in DIRECTORY (driver root, dev root and DIRECTORY/proc)."""
     from nvct.simulate import build_node
+
+    if platform == "wsl":
+        from nvct.simulate.wsl import build_wsl_node
+
+        m = build_wsl_node(directory, device_nodes=device_nodes)
+        click.echo(f"simulated WSL2 node at {m['roots']['driver_root']}: /dev/dxg, driver store "
+                   f"{m['driver_store']}, {len(m['injected'])} files a container gets")
+        click.echo(f"config: {m['config']}")
+        return
 
     m = build_node(directory, driver_version=driver_version, topology=topology, gpus=gpus, mig=mig,
                    device_nodes=device_nodes, force=force, arch=arch)
