@@ -11,6 +11,7 @@ after the spec shows a GPU request.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -126,12 +127,33 @@ def _create(args, config, start: float, runtime: str) -> None:
         # A typo may be why the start fails; in legacy mode the hook logs it (once per start).
         if typos and (result is None or result.mode != "legacy"):
             log.logger.warning("%s", typos)
+    _still_there(result)
     _save(args.bundle, spec, result.plan)
     log.logger.info("container start", fields={
         "id": args.container_id, "mode": result.mode, "devices": list(result.devices),
         "capabilities": list(request.capabilities),
         "ms": round((time.monotonic() - start) * 1000, 1),
     })
+
+
+def _still_there(result) -> None:
+    """Every host file the edits mount is still there: else the driver changed during the start.
+
+    A driver upgrade replaces its libraries while containers start. Found
+    gone now, it is one line naming the file, not the runtime's mount error
+    later; not a second discovery, which would give the container the new
+    libraries while the old kernel module is still loaded (NVML's
+    "driver/library version mismatch" inside it).
+    """
+    for mount in result.edits.mounts:
+        if mount.type in (None, "bind", "rbind") and mount.host_path.startswith("/") \
+                and not os.path.exists(mount.host_path):
+            if result.plan is not None:
+                result.plan.root.close()
+            from nvct.errors import DriverError
+
+            raise DriverError(f"{mount.host_path}: gone while the container was being created: the driver "
+                              "changed during the start (an upgrade?); start the container again")
 
 
 def _save(bundle: str, spec, plan) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 
 import pytest
 
@@ -150,3 +151,38 @@ def test_legacy_hook_uses_the_config_the_shim_decided_with(tmp_path, sim_node, r
         with open(config, "wb") as f:
             f.write(whole)
         age(config)
+
+
+#: The shim in-process, with the first library of its edits taken away once they are computed (an upgrade).
+_VANISH = """
+import os, sys
+from nvct import modes, shim
+real = modes.modify
+def modify(*args, **kwargs):
+    result = real(*args, **kwargs)
+    lib = next(m.host_path for m in result.edits.mounts if "libnvidia-ml.so." in m.host_path)
+    os.rename(lib, lib + ".upgraded")
+    print(lib, file=sys.stdout, flush=True)
+    return result
+modes.modify = modify
+sys.exit(shim.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_library_gone_mid_start_is_one_line_naming_it(tmp_path, sim_node, rootfs, mode):
+    need_runtime("runc")
+    config = node_config(tmp_path, sim_node, mode=mode, runtime=RUNTIMES["runc"][0])
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["true"], env=[PATH_ENV, "NVIDIA_VISIBLE_DEVICES=0"])
+    before = _root_state(rootfs)
+    proc = subprocess.run([sys.executable, "-c", _VANISH, "--root", str(tmp_path / "state"), "create", "--bundle",
+                           bundle, "c1"], capture_output=True, text=True, timeout=60,
+                          env={"NVIDIA_CTK_CONFIG_FILE_PATH": config, "PATH": os.environ["PATH"]})
+    lib = proc.stdout.strip()
+    assert lib, proc.stderr
+    os.rename(lib + ".upgraded", lib)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [f"nvidia-container-runtime: {lib}: gone while the container was being "
+                                        "created: the driver changed during the start (an upgrade?); start the "
+                                        "container again"]
+    assert _changed(before, _root_state(rootfs)) == []
