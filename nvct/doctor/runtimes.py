@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shlex
 import shutil
 import socket
 import struct
@@ -339,8 +340,25 @@ def _containerd_drift(path: str, files: list, found: _Runtimes):
                    f"{file} {said} {'.'.join(key)}, which {path} sets to {_toml_value(value)}{more}: "
                    f"containerd uses the drop-in's copy, so edits of {path} made after nvct configured it "
                    f"are silently overridden",
-                   f"nvct runtime configure --runtime containerd --config {path} --drop-in-config {file} "
-                   f"(brings the copy up to date); then restart containerd")
+                   f"nvct runtime configure --runtime containerd --config {path} --drop-in-config {file}"
+                   f"{_keeping(file, found, mine, theirs)} (brings the copy up to date); then restart containerd")
+
+
+def _keeping(file: str, found: _Runtimes, mine: dict, theirs: dict) -> str:
+    """configure's flags that keep what the drop-in holds now: without them it would reset its runtime's
+    path to /usr/bin's, and take nvidia off as the default (as the reference's configure does)."""
+    runtimes = {name: binary for name, (binary, where) in found.nvidia().items() if where == file and binary}
+    if not runtimes:
+        return ""
+    name = "nvidia" if "nvidia" in runtimes else sorted(runtimes)[0]
+    flags = [] if name == "nvidia" else [f"--nvidia-runtime-name {shlex.quote(name)}"]
+    flags.append(f"--nvidia-runtime-path {shlex.quote(runtimes[name])}")
+    defaults = [(table.get("containerd") or {}).get("default_runtime_name") for table in (mine, theirs)]
+    if name in defaults:  # the main file's (the operator's edit) or the drop-in's (--set-as-default)
+        flags.append("--set-as-default")
+    if True in (mine.get("enable_cdi"), theirs.get("enable_cdi")):
+        flags.append("--enable-cdi")
+    return " " + " ".join(flags)
 
 
 def _toml_value(value) -> str:

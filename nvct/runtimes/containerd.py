@@ -262,16 +262,19 @@ def cri_drift(main: dict, drop_in: dict, *, whole_section: bool) -> list[tuple[t
 
     A key the drop-in sets to another value always wins over the main file's;
     with ``whole_section`` (containerd 1.x) one it lacks is lost as well
-    (the drop-in's value is then MISSING). The drop-in's NVIDIA runtimes, its
-    default runtime and ``enable_cdi`` are what it is for, not drift.
+    (the drop-in's value is then MISSING). The drop-in's NVIDIA runtimes, an
+    NVIDIA default runtime (``--set-as-default``) and ``enable_cdi = true`` are
+    what it is for, not drift; another default runtime is only a copy.
     """
     out: list[tuple[tuple, Any, Any]] = []
     for key, value in _leaves(main, ()):
         if key[:2] == ("containerd", "runtimes") and len(key) > 2 and key[2].startswith("nvidia"):
             continue
-        if key in (("containerd", "default_runtime_name"), ("enable_cdi",)):
-            continue
         theirs = get_plain(drop_in, key)
+        if key == ("containerd", "default_runtime_name") and isinstance(theirs, str) and theirs.startswith("nvidia"):
+            continue
+        if key == ("enable_cdi",) and theirs is True:
+            continue
         if theirs is MISSING and not whole_section:
             continue
         if theirs != value:

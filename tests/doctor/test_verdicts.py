@@ -577,3 +577,62 @@ def test_ctr_gpus_verdicts_against_a_real_containerd(tmp_path, busybox_image_tar
         found, got, result = case({**containerd.env, "NVIDIA_CTK_CONFIG_FILE_PATH": "relative/config.toml"})
         assert not got and "refusing to run" in result.stderr + result.stdout, result.describe()
         assert found.status == "fail" and "refusing to run" in found.seen, found
+
+
+def test_a_drifted_containerd_drop_in_hides_the_main_files_edit(tmp_path, busybox_image_tar, pause_image_tar):
+    """runtime.containerd-drift against a real containerd 1.6: after nvct's drop-in (with its copy of
+    the CRI section), the operator makes nvidia the default runtime in config.toml; containerd keeps
+    the copy's runc, so a pod without a handler gets no GPU, and doctor warns naming the setting.
+    The fix as printed (configure again, restart) brings the copy up to date: the pod gets its GPU."""
+    need_runtime("runc")
+    need_binaries("/usr/bin/containerd")
+    from tests.support.containerd import K8S_NAMESPACE
+    from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED
+    from tests.toolkit.test_e2e_containerd import RestartableContainerd
+
+    node = GpuNode(tmp_path, real=True)
+    state = {"NVCT_STATE_DIR": os.path.join(node.tmp, "state")}  # nvct's list of configured files: private
+    uuid = f"UUID: {node.manifest['gpus'][GPU]['uuid']}"
+    with RestartableContainerd(extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": node.config}) as containerd:
+        for tar in (busybox_image_tar, pause_image_tar):
+            containerd.import_image(tar, K8S_NAMESPACE)
+        config = containerd.config_file
+        env = _env(node, PATH=f"{VENV_BIN}:{os.environ['PATH']}", **state)
+        subprocess.run([os.path.join(VENV_BIN, "nvidia-ctk"), "runtime", "configure", "--runtime=containerd",
+                        f"--config={config}", f"--nvidia-runtime-path={SHIM}"], check=True, capture_output=True,
+                       env=env)
+        containerd.restart()
+
+        def drift():
+            (found,) = by_id(node.doctor(containerd_config=config), "runtime.containerd-drift")
+            return found
+
+        def default_gets_gpu() -> bool:
+            result = containerd.cri_run(BUSYBOX_IMAGE_QUALIFIED, ["nvidia-smi", "-L"],
+                                        env={"NVIDIA_VISIBLE_DEVICES": str(GPU)})
+            return result.rc == 0 and uuid in result.stdout
+
+        assert drift().status == "ok", drift()
+        _replace(config, 'default_runtime_name = "runc"', 'default_runtime_name = "nvidia"')
+        containerd.restart()
+        found = drift()
+        assert not default_gets_gpu()
+        assert found.status == "warn" and "default_runtime_name" in found.seen and '"nvidia"' in found.seen, found
+
+        command, _, restart = found.fix.partition("; then ")
+        assert restart == "restart containerd", found.fix
+        # it keeps the runtime's path and the operator's default (configure alone resets both)
+        assert f"--nvidia-runtime-path {SHIM} --set-as-default" in command, found.fix
+        proc = subprocess.run(["sh", "-ec", _before_note(command)], capture_output=True, text=True, timeout=60,
+                              env=env)
+        assert proc.returncode == 0, (command, proc.stderr)
+        containerd.restart()
+        assert drift().status == "ok", drift()
+        assert default_gets_gpu()
+
+
+def _replace(path: str, old: str, new: str) -> None:
+    with open(path) as f:
+        text = f.read()
+    assert text.count(old) == 1, text
+    write(path, text.replace(old, new))
