@@ -56,7 +56,7 @@ def knows(binary: str, name: str) -> bool:
 def docker_path(dockerd: str, path_env: str, *, cdi_enabled: bool = True) -> Path:
     """``docker run --gpus`` with the dockerd program ``dockerd`` started with ``PATH=path_env``.
 
-    A dockerd that knows ``nvidia-cdi-hook`` (docker 29's, moby#50228) routes
+    A dockerd that knows ``nvidia-cdi-hook`` (moby#50228; not Debian's 28.5.2) routes
     the flag through CDI when that program is on its PATH and CDI is enabled;
     otherwise it needs ``nvidia-container-runtime-hook`` on its PATH.
     """
