@@ -636,3 +636,56 @@ def _replace(path: str, old: str, new: str) -> None:
         text = f.read()
     assert text.count(old) == 1, text
     write(path, text.replace(old, new))
+
+
+def test_a_crio_runtime_that_is_gone_fails_in_doctor_and_under_conmon(tmp_path, busybox_image_tar):
+    """runtime.crio: Debian 12 has no cri-o package, so the runtime path its drop-in names is run by
+    conmon (what cri-o runs it through) under podman. A missing path fails in doctor and there; after
+    the fix as printed, the path the drop-in names gives the container its GPU."""
+    need_runtime("runc")
+    need_binaries("/usr/bin/podman", "/usr/bin/conmon")
+    import tomllib
+
+    from tests.support.podman import Podman
+
+    node = GpuNode(tmp_path, real=True)
+    crio_dir = os.path.join(node.tmp, "crio-test", "crio.conf.d")
+    drop_in = os.path.join(crio_dir, "99-nvidia.toml")
+    write(drop_in, '[crio.runtime.runtimes.nvidia]\nruntime_path = "/nonexistent/nvidia-container-runtime"\n'
+                   'runtime_type = "oci"\n')
+    uuid = f"UUID: {node.manifest['gpus'][GPU]['uuid']}"
+
+    def crio():
+        return [f for f in by_id(node.doctor(crio_dir=crio_dir), "runtime.crio")]
+
+    def gets_gpu(podman) -> bool:
+        with open(drop_in, "rb") as f:
+            path = tomllib.load(f)["crio"]["runtime"]["runtimes"]["nvidia"]["runtime_path"]
+        result = podman.podman(["--runtime", path, "run", "--rm", "-e", f"NVIDIA_VISIBLE_DEVICES={GPU}",
+                                BUSYBOX_IMAGE, "nvidia-smi", "-L"])
+        return result.rc == 0 and uuid in result.stdout
+
+    with Podman(runtime="/usr/sbin/runc") as podman:
+        _conmon_env(podman, {"NVIDIA_CTK_CONFIG_FILE_PATH": node.config})  # as cri-o's env reaches conmon
+        podman.load(busybox_image_tar)
+        (found,) = crio()
+        assert found.status == "fail" and "/nonexistent/nvidia-container-runtime" in found.seen, found
+        assert not gets_gpu(podman)
+        command, _, restart = found.fix.partition("; ")
+        assert restart == "then restart cri-o", found.fix
+        proc = subprocess.run(["sh", "-ec", command], capture_output=True, text=True, timeout=60,
+                              env=_env(node, PATH=f"{VENV_BIN}:{os.environ['PATH']}",
+                                       NVCT_STATE_DIR=os.path.join(node.tmp, "state")))
+        assert proc.returncode == 0, (command, proc.stderr)
+        assert [f.status for f in crio()] == ["ok"], crio()
+        assert gets_gpu(podman)
+
+
+def _conmon_env(podman, env: dict) -> None:
+    """containers.conf's ``conmon_env_vars``: podman hands conmon (and so the runtime) no other variable."""
+    import tomlkit
+
+    with open(podman.containers_conf) as f:
+        conf = tomlkit.parse(f.read())
+    conf["engine"]["conmon_env_vars"] = [f"PATH={os.environ['PATH']}", *(f"{k}={v}" for k, v in env.items())]
+    write(podman.containers_conf, tomlkit.dumps(conf))
