@@ -153,19 +153,30 @@ def check_persistence(ctx: Context):
             "no nvidia-persistenced socket"
         yield info("devices.persistence", f"persistence mode not queried ({daemon}); --deep asks NVML per GPU")
         return
+    off, unknown = [], []
     try:
         with ctx.driver.nvml() as nvml:
-            off = [g.index for g in ctx.gpus if not nvml.persistence_mode(nvml.handle_by_uuid(g.uuid))]
+            for g in ctx.gpus:
+                try:
+                    if not nvml.persistence_mode(nvml.handle_by_uuid(g.uuid)):
+                        off.append(g.index)
+                except NvctError:  # a GPU NVML does not see: driver.nvml-devices says why
+                    unknown.append(g.index)
     except NvctError as e:
         yield info("devices.persistence", f"persistence mode unknown: {e}")
         return
+    also = f" (unknown for GPU(s) {', '.join(map(str, unknown))}, which NVML does not see: see " \
+           f"driver.nvml-devices)" if unknown else ""
     if off:
         yield warn("devices.persistence",
                    f"persistence mode is off on GPU(s) {', '.join(map(str, off))}: each container start "
-                   f"may wait seconds for the GPU to initialize",
+                   f"may wait seconds for the GPU to initialize{also}",
                    "systemctl enable --now nvidia-persistenced (or: nvidia-smi -pm 1)")
+    elif len(unknown) == len(ctx.gpus):
+        yield info("devices.persistence", f"persistence mode unknown: NVML sees none of the GPUs{also}")
     else:
-        yield ok("devices.persistence", f"persistence mode is on for all {len(ctx.gpus)} GPU(s)")
+        which = f"{len(ctx.gpus) - len(unknown)} of" if unknown else "all"
+        yield ok("devices.persistence", f"persistence mode is on for {which} {len(ctx.gpus)} GPU(s){also}")
 
 
 def _nodes_or_skip(ctx: Context):

@@ -122,11 +122,31 @@ def _nvml_devices(ctx: Context, nvml):
         return
     if sorted(uuids) != sorted(procfs_uuids):
         missing = sorted(set(procfs_uuids) - set(uuids))
-        yield fail("driver.nvml-devices", f"NVML sees {len(uuids)} GPU(s), procfs {len(procfs_uuids)}"
-                   + (f"; NVML lacks {', '.join(missing)}" if missing else ""),
+        seen = f"NVML sees {len(uuids)} GPU(s), procfs {len(procfs_uuids)}" + (
+            f"; NVML lacks {', '.join(missing)}" if missing else "")
+        nodeless = [g for g in ctx.gpus or () if g.uuid in missing and not _is_gpu_node(ctx, g)]
+        if missing and len(nodeless) == len(missing):
+            # This host's NVML opens the GPUs through their host nodes; runc and crun make a container's.
+            yield warn("driver.nvml-devices", f"{seen}: their host device nodes "
+                       f"({', '.join(f'/dev/nvidia{g.minor}' for g in nodeless)}) are missing or wrong, so "
+                       f"this host's NVML and nvidia-smi do not see them. Containers still get them",
+                       "see devices.nodes")
+            return
+        yield fail("driver.nvml-devices", seen,
                    "check the device nodes (devices.nodes) and the kernel log (dmesg | grep NVRM)")
     else:
         yield ok("driver.nvml-devices", f"NVML sees the same {len(uuids)} GPU(s) as procfs")
+
+
+def _is_gpu_node(ctx: Context, gpu) -> bool:
+    """Whether the dev root has ``gpu``'s node, a character device of the right number."""
+    import stat
+
+    try:
+        st = os.stat(ctx.driver.dev_host_path(f"/dev/nvidia{gpu.minor}"))
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and os.minor(st.st_rdev) == gpu.minor
 
 
 def _nvml_fix(ctx: Context, error: str) -> str:

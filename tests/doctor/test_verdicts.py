@@ -50,6 +50,8 @@ class Fault:
     command: str = "nvidia-smi -L"
     #: a change to the container's image (its rootfs)
     image: Callable[[str], None] | None = None
+    #: doctor --deep (NVML asked about each GPU)
+    deep: bool = False
 
 
 def _config(node: GpuNode, old: str, new: str) -> None:
@@ -174,6 +176,13 @@ FAULTS = {
     "every-host-node-deleted": Fault("devices.nodes", "warn", "do not see the driver (no /dev/nvidiactl)", True,
                                      _remove_all_nodes, modes=("jit-cdi", "legacy")),
     "host-node-wrong-numbers": Fault("devices.nodes", "warn", "Containers still get c 195:3", True, _wrong_numbers),
+    # --deep: this host's NVML opens GPUs through their host nodes (the simulated one sees a GPU whose node exists).
+    "host-gpu-node-deleted-nvml": Fault("driver.nvml-devices", "warn", "(/dev/nvidia3) are missing or wrong", True,
+                                        lambda n: os.unlink(n.path(f"dev/nvidia{GPU}")), deep=True,
+                                        fix="'see devices.nodes': its mknod is run in host-gpu-node-deleted"),
+    "host-gpu-node-deleted-persistence": Fault("devices.persistence", "ok", "unknown for GPU(s) 3", True,
+                                               lambda n: os.unlink(n.path(f"dev/nvidia{GPU}")), deep=True,
+                                               fix="nothing to fix: the other GPUs' mode is on"),
     "node-closed-to-others": Fault("devices.modes", "warn", "non-root container users cannot open it", True,
                                    lambda n: os.chmod(n.path(f"dev/nvidia{GPU}"), 0o660), fix=_before_note),
     "dev-char-link-missing": Fault("devices.char-links", "warn", "systemctl daemon-reload", True,
@@ -251,7 +260,7 @@ def test_doctor_says_what_a_real_container_got(tmp_path, rootfs, name, mode):
     assert _gets_gpu(node, rootfs, mode, fault.command, "before"), "the healthy node must give GPU 3"
     fault.apply(node)
 
-    findings = node.doctor()
+    findings = node.doctor(deep=fault.deep)
     got = _gets_gpu(node, rootfs, mode, fault.command, "broken")
     report = doctor.render_text(findings)
     assert got == fault.gets_gpu, report
@@ -268,7 +277,7 @@ def test_doctor_says_what_a_real_container_got(tmp_path, rootfs, name, mode):
     proc = subprocess.run(["sh", "-ec", command], capture_output=True, text=True, timeout=120,
                           env=_env(node, PATH=f"{VENV_BIN}:{os.environ['PATH']}"))
     assert proc.returncode == 0, (command, proc.stderr)
-    after = node.doctor()
+    after = node.doctor(deep=fault.deep)
     assert [f for f in by_id(after, fault.finding) if f.status in ("warn", "fail")] == [], doctor.render_text(after)
     assert _gets_gpu(node, rootfs, mode, fault.command, "fixed"), doctor.render_text(after)
 
