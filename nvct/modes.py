@@ -86,6 +86,13 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         from nvct.cdi import modes as cdi_modes
 
         edits = cdi_modes.edits_for(request, config)
+        if request.requirements and not request.disable_require:
+            from nvct.driver import Driver
+
+            driver = driver or Driver.from_config(config)
+            nodes = {n.path for n in edits.device_nodes}
+            check_requirements(request, driver, config,
+                               gpus=[g for g in driver.gpus if driver.gpu_node(g).path in nodes])
         plan = _into_spec(spec, edits, bundle, config, runtime, prepare)
         return Modification("cdi", why, edits, request.devices or (), plan)
     from nvct import injection
@@ -258,8 +265,12 @@ def _legacy_hook_path(config) -> tuple[str, bool]:
     return os.path.join("/usr/bin", configured), True
 
 
-def check_requirements(request: Request, driver, config) -> None:
-    """Stop the start when an ``NVIDIA_REQUIRE_*`` condition fails against this driver."""
+def check_requirements(request: Request, driver, config, *, gpus=None) -> None:
+    """Stop the start when an ``NVIDIA_REQUIRE_*`` condition fails against this driver.
+
+    ``gpus``: the container's GPUs, where the caller knows them (cdi mode: those
+    whose nodes the resolved CDI devices give), else the request's selection.
+    """
     if request.disable_require or not request.requirements:
         return
     from nvct import wsl
@@ -271,13 +282,17 @@ def check_requirements(request: Request, driver, config) -> None:
                        "its NVML runs only under WSL2)")
         return
     from nvct import requirements
-    from nvct.injection import selection_for
 
     props: set[str] = set()
     for name, expr in request.requirements:
         props |= requirements.parse(expr, name=name).properties
     need_cuda = "cuda" in props
     need_devices = "arch" in props or "brand" in props
-    gpus = selection_for(request, driver, config).all_parents() if need_devices else []
+    if gpus is None:
+        from nvct.injection import selection_for
+
+        gpus = selection_for(request, driver, config).all_parents() if need_devices else []
+    elif not need_devices:
+        gpus = []
     facts = driver.requirement_facts(gpus, need_cuda, need_devices)
     requirements.check(dict(request.env), facts, disable_require=request.disable_require)

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 #: The chain steps the shim can do (the params step becomes the sh hook).
 _STEPS = {"create-symlinks", "enable-cuda-compat", "update-ldcache", "bind-mount",
-          "disable-device-node-modification", "update-nvidia-params"}
+          "disable-device-node-modification", "update-nvidia-params",
+          "check-requirements"}  # the shim's cdi mode checked them before (nvct.modes)
 #: Mounts of kernel filesystems the runtime makes: never over a library folder or /etc.
 _KERNEL_MOUNTS = ("proc", "sys", "dev")
 #: The masked params, beside config.json: the engine removes the bundle with the container.

@@ -40,7 +40,7 @@ _ALIASES = {"disable-nvsandbox-utils": DISABLE_NVSANDBOXUTILS}
 ALL_HOOKS = "all"
 #: The reference's hook names; ``chmod`` is off unless enabled, as there.
 HOOKS = ("create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification",
-         "chmod", "update-application-profile", "apply-cuda-memory-limits")
+         "chmod", "update-application-profile", "apply-cuda-memory-limits", "check-requirements")
 DEFAULT_DISABLED = ("chmod",)
 
 #: Libraries the explicit-libraries flag adds, by the name the reference looks up.

@@ -69,10 +69,13 @@ _MANAGEMENT_SKIPPED = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cls: str = DEFAULT_CLASS,
              device_ids: Sequence[str] = (ALL_DEVICE,), strategies: Sequence[str] = DEFAULT_STRATEGIES,
              mode: str = "auto", all_device: bool = True, ldconfig: str | None = None,
-             generation: Generation | None = None, gids: bool = False) -> dict[str, Any]:
+             generation: Generation | None = None, gids: bool = False,
+             requirements: bool = True) -> dict[str, Any]:
     """The spec (a mapping ready to write) for ``driver``'s devices.
 
     ``generation``: feature flags and hook choices (default: the reference's defaults).
+    ``requirements``: the chain starts with the check-requirements step (:func:`_requirements_step`);
+    False where the caller checks (the shim's cdi mode) or the config's ``disable-require`` is set.
     ``gids``: give device nodes' groups as additional GIDs (:meth:`Generation.finish`):
     in-memory specs only, since they need CDI 0.7.0, which podman 4.3 cannot read.
     """
@@ -102,6 +105,8 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         return _spec(vendor, cls, entries, common, all_device, generation, gids)
     common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig,
                                     generation=generation)
+    if requirements and mode != "management" and NONE_DEVICE not in device_ids:
+        _requirements_step(common, driver)
     common = _writable_mounts_by_hook(generation.finish(common, gids=gids))
     if mode == "management":
         entries = [(ALL_DEVICE, _management_edits(driver))]
@@ -254,6 +259,38 @@ def _without(edits: ContainerEdits, common: ContainerEdits) -> ContainerEdits:
         additional_gids=[g for g in edits.additional_gids if g not in common.additional_gids],
     )
     return edits if rest.is_empty() else rest
+
+
+def _requirements_step(edits: ContainerEdits, driver: Driver) -> None:
+    """The check-requirements step first in nvct's chain, with this node's facts as its arguments.
+
+    Native CDI consumers (podman, containerd, docker's CDI ``--gpus``) never run
+    the shim, so the chain they run anyway enforces ``NVIDIA_REQUIRE_*``: no
+    extra process, and no NVML at start (the facts are read now). Beyond the
+    reference (toolkit #1470): its specs check nothing.
+    """
+    from nvct.hooks.steps import REQUIREMENTS_STEP
+
+    chain = next((i for i, h in enumerate(edits.hooks) if injection.chain_steps(h.args) is not None), None)
+    if chain is None:
+        return
+    gpus = list(driver.gpus)
+    try:
+        facts = driver.requirement_facts(gpus, True, True)
+    except NvctError as e:  # the driver version alone still holds the driver conditions
+        from nvct.log import logger
+
+        logger.warning("check-requirements: %s; cuda, arch and brand conditions will hold", e)
+        facts = driver.requirement_facts([], False, False)
+    step = [REQUIREMENTS_STEP, "--driver-version", facts.driver or ""]
+    if facts.cuda:
+        step += ["--cuda-version", facts.cuda]
+    for gpu, (arch, brand) in zip(gpus, facts.devices):
+        step += ["--gpu", f"{driver.gpu_node(gpu).path}::{arch or ''}::{brand or ''}"]
+    hook = edits.hooks[chain]
+    steps = injection.chain_steps(hook.args) or []
+    prefix = list(hook.args[:len(hook.args) - len(steps)])
+    edits.hooks[chain] = hook.replace(args=tuple(prefix + injection.join_steps([step, steps] if steps else [step])))
 
 
 def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:

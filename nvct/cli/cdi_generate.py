@@ -210,7 +210,8 @@ def run(config, given: dict) -> str | None:
         return generate.generate(
             driver, hook_path=hook_path, vendor=o["vendor"], cls=cls, device_ids=ids,
             strategies=o["strategies"] or generate.DEFAULT_STRATEGIES, mode=o["mode"],
-            all_device=not o["no_all_device"], ldconfig=ldconfig, generation=generation)
+            all_device=not o["no_all_device"], ldconfig=ldconfig, generation=generation,
+            requirements=config.get("disable-require") is not True)
 
     specs = [("", spec(o["cls"], device_ids))]
     if (features.COHERENT_ANNOTATIONS in generation.features and o["mode"] in ("auto", "nvml")

@@ -441,6 +441,50 @@ def _mib(name: str, value: str) -> int:
     return int(text)
 
 
+#: The chain step that enforces NVIDIA_REQUIRE_* for specs that native CDI consumers apply.
+REQUIREMENTS_STEP = "check-requirements"
+
+
+def check_requirements(args: _Args, ctx: HookContext) -> None:
+    """``--driver-version V [--cuda-version C] [--gpu /dev/nvidiaN::ARCH::BRAND]...``: refuse a
+    container whose ``NVIDIA_REQUIRE_*`` this node cannot satisfy (nvct.requirements).
+
+    The first step of a generated spec's chain, so podman, containerd and docker's
+    CDI path enforce what jit-cdi and legacy mode do, in the process that runs
+    anyway. The facts are the node's when the spec was generated (the refresh
+    unit regenerates it when the driver changes); ``arch`` and ``brand`` are those
+    of the ``--gpu`` nodes the container's spec has.
+    """
+    from nvct import requirements
+
+    env = _spec_env(ctx.spec)
+    if not requirements.collect(env):  # NVIDIA_DISABLE_REQUIRE, or nothing asked
+        return
+    present = _spec_device_paths(ctx.spec)
+    devices = []
+    for item in args.all("gpu"):
+        path, _, rest = item.partition("::")
+        arch, _, brand = rest.partition("::")
+        if path in present:
+            devices.append((arch or None, brand or None))
+    facts = requirements.DriverFacts(cuda=args.one("cuda-version") or None,
+                                     driver=args.one("driver-version") or None, devices=devices)
+    requirements.check(env, facts)
+
+
+def _spec_device_paths(spec: dict) -> set[str]:
+    """The container paths of the spec's device nodes (and of nodes bind-mounted, as rootless podman does)."""
+    linux = spec.get("linux") if isinstance(spec, dict) else None
+    found = linux.get("devices") if isinstance(linux, dict) else None
+    out = {d["path"] for d in found if isinstance(d, dict) and isinstance(d.get("path"), str)} \
+        if isinstance(found, list) else set()
+    mounts = spec.get("mounts") if isinstance(spec, dict) else None
+    for m in mounts if isinstance(mounts, list) else ():
+        if isinstance(m, dict) and isinstance(m.get("destination"), str) and m["destination"].startswith("/dev/"):
+            out.add(m["destination"])
+    return out
+
+
 _PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
 _PROFILE_FILE = _PROFILE_DIR + "/10-container.conf"
 
@@ -510,6 +554,7 @@ STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
     "bind-mount": bind_mount,
     "readonly-root": readonly_root,
     "apply-cuda-memory-limits": apply_cuda_memory_limits,
+    REQUIREMENTS_STEP: check_requirements,
 }
 
 #: The steps that mask the driver's params (the reference's two names).

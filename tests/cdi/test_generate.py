@@ -218,5 +218,5 @@ def test_writable_mounts_are_made_by_the_hook_after_every_spec_mount(node):
     ("/usr/bin/nvidia-ctk", ["nvidia-ctk", "hook", "chain"])])
 def test_the_mps_step_joins_the_chain_of_any_hook_program(node, program, prefix):
     hook, = generate.generate(node_driver(node), hook_path=program)["containerEdits"]["hooks"]
-    assert hook["args"][:len(prefix)] == prefix and hook["args"][len(prefix)] == "create-symlinks"
+    assert hook["args"][:len(prefix)] == prefix and hook["args"][len(prefix)] == "check-requirements"
     assert hook["args"][-8:-6] == ["--", "bind-mount"]

@@ -76,8 +76,9 @@ def _mount_targets(raw: dict) -> set[str]:
     (_G + "CLASS", "accel", lambda r, n: r["kind"] == "nvidia.com/accel"),
     (_G + "DISABLED_HOOKS", "all", lambda r, n: "hooks" not in r["containerEdits"]),
     (_G + "DISABLED_HOOKS", "create-symlinks,update-ldcache",
-     lambda r, n: _steps(r) == ["enable-cuda-compat", "disable-device-node-modification", "bind-mount"]),
-    (_G + "ENABLED_HOOKS", "chmod", lambda r, n: "chmod" not in _steps(r) and len(_steps(r)) == 5),
+     lambda r, n: _steps(r) == ["check-requirements", "enable-cuda-compat", "disable-device-node-modification",
+                                "bind-mount"]),
+    (_G + "ENABLED_HOOKS", "chmod", lambda r, n: "chmod" not in _steps(r) and len(_steps(r)) == 6),
     (_G + "OUTPUT_FORMAT", "JSON", lambda r, n: r["kind"] == "nvidia.com/gpu"),
     (_G + "FEATURE_FLAGS", "disable-ipc-discoverer",
      lambda r, n: not {"/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"} & _mount_targets(r)
@@ -179,13 +180,13 @@ def test_options_nvct_does_not_use_are_warned_about(entry_points, node, var, fla
 # --- flags -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, steps", [
-    ((), ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification",
-          "bind-mount"]),
+    ((), ["check-requirements", "create-symlinks", "enable-cuda-compat", "update-ldcache",
+          "disable-device-node-modification", "bind-mount"]),
     (("--disable-hook", "enable-cuda-compat"),
-     ["create-symlinks", "update-ldcache", "disable-device-node-modification", "bind-mount"]),
+     ["check-requirements", "create-symlinks", "update-ldcache", "disable-device-node-modification", "bind-mount"]),
     (("--disable-hooks", "all", "--enable-hook", "update-ldcache"), ["update-ldcache", "bind-mount"]),
     (("--disable-hook", "update-ldcache", "--enable-hooks", "update-ldcache,chmod"),
-     ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification", "bind-mount"]),
+     ["check-requirements", "create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification", "bind-mount"]),
     (("--mode", "management"), ["create-symlinks", "enable-cuda-compat", "update-ldcache", "bind-mount"]),
     (("--mode", "management", "--enable-hook", "disable-device-node-modification"),
      ["create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification",
@@ -217,7 +218,7 @@ def test_unknown_hooks_and_feature_flags_are_warned_about(entry_points, node):
     assert hook.startswith("nvct: warning: --disable-hook no-such-hook ignored: not a hook name (one of "
                            "create-symlinks, enable-cuda-compat, update-ldcache, disable-device-node-modification, "
                            "chmod, update-application-profile") and hook.endswith(", or all)")
-    assert _steps(_spec(proc))[0] == "create-symlinks"
+    assert _steps(_spec(proc))[:2] == ["check-requirements", "create-symlinks"]
 
 
 def test_ldconfig_path_and_nvidia_ctk_path_flags(entry_points, node):
