@@ -163,6 +163,14 @@ def _generate(fix: str) -> str:
     return re.search(r"\((nvct cdi generate [^)]*)\)", fix).group(1)
 
 
+def _old_runc(node: GpuNode) -> None:
+    """runc as a release before 1.1.14 says it is (whatever the host's is)."""
+    path = os.path.join(node.tmp, "old", "runc")
+    write(path, '#!/bin/sh\n[ "$1" = --version ] && { echo "runc version 1.1.5"; exit 0; }\nexec /usr/sbin/runc "$@"\n')
+    os.chmod(path, 0o755)
+    _config(node, '"/usr/sbin/runc"', f'"{path}"')
+
+
 def _before_note(fix: str) -> str:
     """``CMD (a note)`` -> CMD."""
     return fix.split(" (", 1)[0]
@@ -221,6 +229,8 @@ FAULTS = {
                                    lambda n: _runtime_key(n, "mode = ["), fix="an edit of the file"),
     "config-key-typo": Fault("config.keys", "warn", "'nvidia-container-runtime.mod'", True,
                              lambda n: _runtime_key(n, 'mod = "legacy"'), fix="an edit of the file"),
+    "runc-open-to-cve-2024-45310": Fault("config.runtime-cve", "warn", "is runc 1.1.5, open to CVE-2024-45310", True,
+                                         _old_runc, fix=lambda fix: fix.split("or use crun: ", 1)[1]),
     "no-low-level-runtime": Fault("config.runtimes", "fail", "/nonexistent/runc", False,
                                   lambda n: _config(n, '"/usr/sbin/runc"', '"/nonexistent/runc"'), fix=_after_or),
     # A newer CUDA compat libcuda in the image: the shim leaves the chain to the hook (nvct.prepare), which is gone.
@@ -698,3 +708,62 @@ def _conmon_env(podman, env: dict) -> None:
         conf = tomlkit.parse(f.read())
     conf["engine"]["conmon_env_vars"] = [f"PATH={os.environ['PATH']}", *(f"{k}={v}" for k, v in env.items())]
     write(podman.containers_conf, tomlkit.dumps(conf))
+
+
+#: Every check doctor has, and where its verdict meets a real container (a FAULTS case or a test here,
+#: or a file beside this one), or why it cannot.
+COVERAGE = {
+    "config.check_file": ["config-does-not-parse", "config-key-typo"],  # config.file, config.keys
+    "config.check_roots": ["driver-root-slash"],
+    "config.check_runtimes": ["no-low-level-runtime", "runc-open-to-cve-2024-45310"],  # and config.runtime-cve
+    "config.check_hook": ["hook-program-missing", "legacy-hook-program-missing",
+                          "test_without_the_hook_program_containers_the_shim_prepares_still_start"],
+    "config.check_log": ["log-directory-missing"],
+    "driver.check_module": ["module-not-loaded"],
+    "driver.check_version": ["driver-version-unreadable"],
+    "driver.check_gpus": ["no-gpu-in-procfs"],
+    "driver.check_nvml": ["host-gpu-node-deleted-nvml", "module-of-another-version",
+                          "test_a_deleted_host_node_hides_the_gpu_from_the_host_only"],
+    "devices.check_majors": ["no-uvm-major"],
+    "devices.check_nodes": ["host-gpu-node-deleted", "every-host-node-deleted", "host-node-wrong-numbers"],
+    "devices.check_modes": ["node-closed-to-others"],
+    "devices.check_char_links": ["dev-char-link-missing"],
+    # the simulated NVML reports persistence on for every GPU: "off" is only tested against fakes
+    "devices.check_persistence": ["host-gpu-node-deleted-persistence"],
+    "libraries.check_ldcache": ["ld-cache-corrupt"],
+    "libraries.check_versions": ["module-of-another-version"],
+    "libraries.check_required": ["libcuda-of-another-driver", "nvml-not-in-cache"],
+    "libraries.check_uncached": ["graphics-library-not-in-cache"],
+    "runtimes.check_docker": ["test_a_docker_runtime_that_is_gone_fails_in_doctor_and_in_docker"],
+    "runtimes.check_docker_gpus": ["test_docker_gpus_verdicts_against_a_real_dockerd"],
+    "runtimes.check_containerd": ["test_a_containerd_runtime_that_is_gone_fails_in_doctor_and_in_cri",
+                                  "test_a_drifted_containerd_drop_in_hides_the_main_files_edit"],
+    "runtimes.check_ctr_gpus": ["test_ctr_gpus_verdicts_against_a_real_containerd"],
+    # Debian has no nerdctl: tests/e2e/test_cli_gpus.py runs doctor against stand-in nerdctl programs
+    "runtimes.check_nerdctl_gpus": "no nerdctl package in Debian 12",
+    # Debian 12 has no cri-o package: the runtime path is run by conmon, as cri-o would
+    "runtimes.check_crio": ["test_a_crio_runtime_that_is_gone_fails_in_doctor_and_under_conmon"],
+    "cdi.check_specs": ["cdi-mode-without-spec"],
+    # --deep's stale MIG UUIDs: the simulated node's MIG layout is fixed at build; not run here
+    "cdi.check_fresh": ["cdi-spec-of-another-root", "cdi-host-path-gone",
+                        "test_a_spec_of_another_root_breaks_when_that_root_goes"],
+    "cdi.check_hook_env": ["cdi-hook-without-env"],
+    "cdi.check_writable_mounts": ["cdi-writable-directory"],
+    "cgroups.check_version": ["no-cgroup-mounts"],
+    "permissions.check_chain": ["test_a_world_writable_toolkit_library_fails_and_really_gives_root"],
+    "standins.check_standins": ["test_standins.py"],
+}
+
+
+def test_every_check_meets_a_real_container_or_says_why_not():
+    checks = {f"{c.__module__.rsplit('.', 1)[1]}.{c.__name__}" for _, group in doctor.GROUPS for c in group}
+    assert sorted(checks) == sorted(COVERAGE)
+    here = globals()
+    for check, cases in COVERAGE.items():
+        if isinstance(cases, str):
+            continue  # why not
+        for case in cases:
+            if case.endswith(".py"):
+                assert os.path.exists(os.path.join(os.path.dirname(__file__), case)), (check, case)
+            else:
+                assert case in FAULTS or callable(here.get(case)), (check, case)
