@@ -16,7 +16,7 @@ from nvct.errors import ConfigError
 from nvct.toolkit import options as defaults
 
 _LISTS = ("cdi_annotation_prefixes", "low_level_runtimes", "opt_in_features", "create_device_nodes",
-          "config_sources")
+          "config_sources", "nri_management_namespaces")
 
 
 def _opt(*names, env=None, **kwargs):
@@ -141,6 +141,21 @@ _ENGINE = [
     _opt("--reload-timeout", "reload_timeout", type=float, default=30.0, hidden=True),
 ]
 
+_NRI = [
+    _opt("--enable-nri-plugin", "enable_nri_plugin", is_flag=True, env="ENABLE_NRI_PLUGIN",
+         help="Write no engine config; register an NRI plugin that gives each container the CDI devices its "
+              "pod annotation nvidia.cdi.k8s.io/container.<name> names (the GPU Operator's NRI mode)."),
+    _opt("--nri-plugin-index", "nri_plugin_index", type=int, default=10, show_default=True, env="NRI_PLUGIN_INDEX",
+         help="The plugin's NRI index (0-99): its place among the runtime's plugins."),
+    _opt("--nri-socket", "nri_socket", default=defaults.DEFAULT_NRI_SOCKET, show_default=True, metavar="PATH",
+         env="NRI_SOCKET", help="The runtime's NRI socket."),
+    _opt("--nri-namespace", "nri_namespace", default="", env="NRI_NAMESPACE",
+         help="The Kubernetes namespace the installer runs in: its pods may ask for management.nvidia.com/gpu."),
+    _opt("--nri-management-cdi-device-namespaces", "nri_management_namespaces", multiple=True,
+         env="NRI_MANAGEMENT_CDI_DEVICE_NAMESPACES",
+         help="More namespaces whose pods may ask for management.nvidia.com/gpu devices."),
+]
+
 
 @click.group("toolkit", help="Install nvct on a node for a container engine (the GPU Operator's DaemonSet).")
 def toolkit_group() -> None:
@@ -148,7 +163,7 @@ def toolkit_group() -> None:
 
 
 def _options(f):
-    for option in reversed(_INSTALLER + _TOOLKIT + _ENGINE):
+    for option in reversed(_INSTALLER + _TOOLKIT + _ENGINE + _NRI):
         f = option(f)
     return f
 

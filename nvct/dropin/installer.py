@@ -54,4 +54,4 @@ def _is_operand(argv: list[str], arg: str) -> bool:
 #: The installer's options that take no value (so what follows them may be an operand).
 _FLAGS = {"--no-daemon", "-n", "--no-runtime-config", "--debug", "--cdi-enabled", "--enable-cdi",
           "--accept-nvidia-visible-devices-as-volume-mounts", "--use-legacy-config", "--set-as-default",
-          "--no-set-as-default", "--enable-cdi-in-runtime", "--no-enable-cdi-in-runtime"}
+          "--no-set-as-default", "--enable-cdi-in-runtime", "--no-enable-cdi-in-runtime", "--enable-nri-plugin"}

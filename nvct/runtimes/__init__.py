@@ -74,11 +74,28 @@ def open_engine(engine: str, config_path: str | None = None, *, drop_in: Any = D
             source, why = load_command_source(commands)
             if source is None:
                 notes.append(f"could not ask {engine} for its config ({why}): reading {path}")
+    elif config_source.startswith("file="):  # the GPU Operator's RUNTIME_CONFIG_SOURCE=file=PATH
+        source = _file_source(config_source[5:].strip(), path, notes)
     elif config_source != "file":
-        raise ConfigError(f"unknown config source {config_source!r} (expected file or command)")
+        raise ConfigError(f"unknown config source {config_source!r} (expected file, file=PATH or command)")
     eng = cls(path, drop_in=drop_in, source=source, options=options, drop_in_explicit=explicit)
     eng.notes[:0] = notes
     return eng
+
+
+def _file_source(source_path: str, path: str, notes: list) -> dict | None:
+    """The engine's current settings read from ``source_path`` (TOML); None (the config itself) if it is absent."""
+    from nvct.config import parse_toml
+
+    try:
+        with open(source_path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        notes.append(f"config source {source_path} does not exist: reading {path}")
+        return None
+    except OSError as e:
+        raise ConfigError(f"config source {source_path}: {e.strerror}") from None
+    return parse_toml(text, source_path)
 
 
 def configure(engine: str, config_path: str | None = None,

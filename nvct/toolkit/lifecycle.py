@@ -74,8 +74,11 @@ def run(opts: Options, log: Callable[[str], None] = stderr_log) -> int:
         if opts.no_daemon:
             log("installed; exiting (--no-daemon: nothing will be undone)")
             return 0
+        plugin = _start_nri_plugin(opts, installation, log) if opts.enable_nri_plugin else None
         log(READY_MESSAGE)
         received = stop.wait()
+        if plugin is not None:
+            plugin.stop()
         restarted = installation.engine.restarted_at
         if restarted is not None and time.monotonic() - restarted < RESTART_GRACE_S:
             log(f"{signal.Signals(received).name} {time.monotonic() - restarted:.1f}s after restarting "
@@ -90,3 +93,15 @@ def run(opts: Options, log: Callable[[str], None] = stderr_log) -> int:
         log("removed everything that was installed" + (
             f", but {len(left)} stand-in(s) for running containers (above)" if left else ""))
     return 0
+
+
+def _start_nri_plugin(opts: Options, installation: Installation, log: Callable[[str], None]):
+    """The NRI plugin, registered with the runtime (else everything installed is undone, and it raises)."""
+    from nvct.nri.plugin import Plugin, Policy
+
+    policy = Policy([opts.nri_namespace, *opts.nri_management_namespaces])
+    try:
+        return Plugin(opts.nri_socket, f"{opts.nri_plugin_index:02d}", policy, log).start(STOP_SIGNALS)
+    except BaseException:
+        installation.uninstall()
+        raise

@@ -24,6 +24,7 @@ BUNDLED_PYTHON = "bundled"
 DEFAULT_PYTHON = BUNDLED_PYTHON
 DEFAULT_CDI_OUTPUT_DIR = "/var/run/cdi"
 DEFAULT_CDI_KIND = "management.nvidia.com/gpu"
+DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
 RESTART_MODES = ("signal", "systemd", "none")
 
 #: Per engine: main config, socket, restart mode, systemd unit (as the reference).
@@ -87,6 +88,13 @@ class Options:
     crio_config_mode: str = "config"
     crio_hooks_dir: str = "/usr/share/containers/oci/hooks.d"
     crio_hook_filename: str = "oci-nvidia-hook.json"
+
+    # --- the GPU Operator's NRI mode: a plugin instead of an engine config ---
+    enable_nri_plugin: bool = False
+    nri_socket: str = DEFAULT_NRI_SOCKET
+    nri_plugin_index: int = 10
+    nri_namespace: str = ""
+    nri_management_namespaces: list = field(default_factory=list)
     #: How long to wait for dockerd to show a reloaded config.
     reload_timeout: float = 30.0
     #: Tries (and seconds between them) to reach the daemon's socket, which may not be up yet.
@@ -141,6 +149,8 @@ class Options:
             out.seen_from_here(self.dev_root) if self.dev_root else out.driver_root_ctr_path)
         if out.enable_cdi_in_runtime is None:
             out.enable_cdi_in_runtime = self.cdi_enabled
+        if out.enable_nri_plugin:
+            out.no_runtime_config = True  # the reference's noop configurer: no config written, no restart
         out._check()
         return out
 
@@ -162,8 +172,18 @@ class Options:
             raise ConfigError("--use-legacy-config: a version 1 containerd config is not created by nvct "
                               "(an existing one is edited as it is)")
         for source in self.config_sources:
-            if source.partition("=")[0].strip() not in ("command", "file") or "=" in source:
-                raise ConfigError(f"--config-source: {source!r} is not supported (use command, file)")
+            kind, eq, path = source.partition("=")
+            if kind.strip() not in ("command", "file") or (eq and kind.strip() == "command"):
+                raise ConfigError(f"--config-source: {source!r} is not supported (use command, file, file=PATH)")
+            if eq and not os.path.isabs(path.strip()):
+                raise ConfigError(f"--config-source: {source!r}: {path.strip()!r} is not an absolute path")
+        if self.enable_nri_plugin:
+            if not self.nri_namespace:
+                raise ConfigError("--enable-nri-plugin: the NRI namespace must be set (--nri-namespace, NRI_NAMESPACE)")
+            if not 0 <= self.nri_plugin_index <= 99:
+                raise ConfigError(f"--nri-plugin-index: {self.nri_plugin_index} is not in 0..99")
+            if not os.path.isabs(self.nri_socket):
+                raise ConfigError(f"--nri-socket: {self.nri_socket!r} is not an absolute path")
         if not self.config_sources:
             raise ConfigError("--config-source: name at least one of command, file")
         for mode in self.create_device_nodes:

@@ -287,14 +287,21 @@ class NodeContainerd(Containerd):
     shares; the CRI client and ``ctr`` work as with :class:`Containerd`.
     """
 
-    def __init__(self, node: NodeRoot, *, config_version: int = 3, **kwargs) -> None:
+    def __init__(self, node: NodeRoot, *, config_version: int = 3, nri: bool = False, **kwargs) -> None:
         kwargs.setdefault("runtimes", {})
         super().__init__(wrapper=node.prefix, **kwargs)
         self.node = node
         self.config_version = config_version
+        #: With ``nri``: NRI enabled, its socket here (no plugins launched from the node's /opt/nri).
+        self.nri_socket = os.path.join(self.state_dir, "nri.sock") if nri else None
 
     def config(self) -> dict:
         config = super().config()
+        if self.nri_socket:
+            config["plugins"]["io.containerd.nri.v1.nri"] = {
+                "disable": False, "socket_path": self.nri_socket,
+                "plugin_path": os.path.join(self.state_dir, "nri-plugins"),
+                "plugin_config_path": os.path.join(self.state_dir, "nri-conf.d")}
         if self.config_version == 2:
             return config
         cri = config["plugins"].pop(_CRI_V2)

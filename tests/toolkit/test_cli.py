@@ -70,7 +70,7 @@ def test_unknown_runtime_is_refused_by_name(capsys):
     (["--runtime", "crio", "--restart-mode", "signal"], "nvct: --restart-mode=signal: cri-o cannot be reloaded"),
     (["--runtime-config-override", "{nope"], "nvct: --runtime-config-override: invalid JSON"),
     (["--runtime-config-override", "[1]"], "nvct: --runtime-config-override: expected a JSON object"),
-    (["--config-source", "file=/etc/x.toml"], "nvct: --config-source: 'file=/etc/x.toml' is not supported"),
+    (["--config-source", "command=/etc/x"], "nvct: --config-source: 'command=/etc/x' is not supported"),
     (["--use-legacy-config"], "nvct: --use-legacy-config: a version 1 containerd config is not created"),
 ])
 def test_bad_settings_are_one_line_errors_before_anything_is_done(tmp_path, capsys, args, message):
