@@ -455,10 +455,12 @@ def check_requirements(args: _Args, ctx: HookContext) -> None:
     unit regenerates it when the driver changes); ``arch`` and ``brand`` are those
     of the ``--gpu`` nodes the container's spec has.
     """
+    env = _spec_env(ctx.spec)
+    if "CUDA_VERSION" not in env and not any(k.startswith("NVIDIA_REQUIRE_") for k in env):
+        return  # nothing asked: not even the parser's import on this start
     from nvct import requirements
 
-    env = _spec_env(ctx.spec)
-    if not requirements.collect(env):  # NVIDIA_DISABLE_REQUIRE, or nothing asked
+    if not requirements.collect(env):  # NVIDIA_DISABLE_REQUIRE
         return
     present = _spec_device_paths(ctx.spec)
     devices = []
