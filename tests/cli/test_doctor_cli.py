@@ -127,3 +127,22 @@ def test_a_wrong_driver_root_fails_once_and_the_checks_that_need_it_say_why_they
                        ("devices.nodes", dev_root), ("devices.modes", dev_root), ("devices.char-links", dev_root)):
         status, _, seen = lines[check].split(None, 2)
         assert (status, seen) == ("info", f"not checked: {why}")
+
+
+def test_toolkit_dir_finds_a_stale_stand_in_and_the_fix_prunes_it(nvct, node, tmp_path):
+    from nvct.toolkit import standin
+
+    toolkit = tmp_path / "toolkit"
+    toolkit.mkdir()
+    path = toolkit / "nvidia-container-runtime"
+    path.write_text(standin.script(str(path), ["runc"]))
+    path.chmod(0o755)
+    found = json.loads(_doctor(nvct, node, "--json", "--toolkit-dir", str(toolkit)).stdout)["findings"]
+    (finding,) = [f for f in found if f["id"] == "toolkit.standins"]
+    assert finding["status"] == "warn" and finding["fix"] == f"nvct toolkit prune-standins {path}"
+    pruned = subprocess.run([nvct, *finding["fix"].split()[1:]], capture_output=True, text=True, env=clean_env(),
+                            timeout=60)
+    assert (pruned.returncode, pruned.stdout) == (0, f"removed {path}\n"), pruned.stderr
+    assert not toolkit.exists()
+    found = json.loads(_doctor(nvct, node, "--json", "--toolkit-dir", str(toolkit)).stdout)["findings"]
+    assert [f["status"] for f in found if f["id"] == "toolkit.standins"] == ["ok"]
