@@ -15,7 +15,6 @@ import sys
 
 from nvct import ocispec
 from nvct.edits import ContainerEdits, Hook, hook_env
-from nvct.errors import NvctError
 from nvct.lowlevel import which
 from nvct.request import VISIBLE_DEVICES, Request
 
@@ -55,8 +54,6 @@ def resolve_mode(configured: str, request: Request) -> tuple[str, str]:
         if request.only_cdi_devices:
             return "cdi", "auto: every requested device is a CDI name"
         return "jit-cdi", "auto: devices requested by id, edits computed at create time"
-    if configured == "csv":
-        raise NvctError("nvidia-container-runtime.mode: 'csv' (Tegra) is not supported by nvct")
     return configured, f"configured mode {configured!r}"
 
 
@@ -82,6 +79,8 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
     logger.debug("request %r; mode %s: %s", request, mode, why)
     if mode == "legacy":
         return _legacy(spec, config, why, request, log_format)
+    if mode == "csv":
+        return _csv(spec, request, config, why, driver, bundle, runtime, prepare)
     if mode == "cdi":
         from nvct.cdi import modes as cdi_modes
 
@@ -107,6 +106,26 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
     edits.env.append(f"{VISIBLE_DEVICES}=void")
     plan = _into_spec(spec, edits, bundle, config, runtime, prepare)
     return Modification("jit-cdi", why, edits, request.devices or (), plan)
+
+
+def _csv(spec: dict[str, Any], request: Request, config, why: str, driver, bundle: str | None,
+         runtime: str | None, prepare: str | None) -> Modification:
+    """Tegra: the board's CSV lists (:mod:`nvct.csvmode`), into the spec as jit-cdi's edits."""
+    from nvct import csvmode
+    from nvct.driver import Driver
+    from nvct.injection import hook_executable, ldconfig_setting
+    from nvct.log import logger
+
+    driver = driver or Driver.from_config(config)
+    edits = csvmode.container_edits(driver, csvmode.files_for(request, config), hook_path=hook_executable(config),
+                                    ldconfig=ldconfig_setting(config))
+    if bundle:
+        edits.hooks = [_with_container_root(h, ocispec.rootfs(spec, bundle)) for h in edits.hooks]
+    if request.requirements and not request.disable_require:
+        logger.warning("csv mode: NVIDIA_REQUIRE_* not checked (a Tegra board has no NVIDIA module version "
+                       "nor NVML to check them against)")
+    plan = _into_spec(spec, edits, bundle, config, runtime, prepare)
+    return Modification("csv", why, edits, request.devices or (), plan)
 
 
 def _into_spec(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, config,

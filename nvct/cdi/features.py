@@ -31,7 +31,7 @@ MULTIPLE_CSV_DEVICES = "disable-multiple-csv-devices"
 #: Flags with an effect in nvct. nvct never loads libnvidia-sandboxutils, so that flag holds already.
 FEATURES = (DISABLE_IPC, EXPLICIT_LIBRARIES, DISABLE_NVSANDBOXUTILS, NO_ADDITIONAL_GIDS, COHERENT_ANNOTATIONS)
 #: The reference's flags nvct does not implement: warned about.
-UNIMPLEMENTED = {MULTIPLE_CSV_DEVICES: "nvct has no csv (Tegra) mode"}
+UNIMPLEMENTED = {MULTIPLE_CSV_DEVICES: "nvct's csv mode gives one device (all)"}
 #: The specs the coherent-annotations flag adds: file-name infix (and class suffix), coherent or not.
 COHERENCE_SPECS = ((".coherent", True), (".noncoherent", False))
 #: The reference's older spelling.

@@ -18,7 +18,9 @@ device with that subsystem's device nodes (and, for GDS, ``/etc/cufile.json``
 and ``/run/udev``); ``imex`` one device per IMEX channel, named by its number.
 Those specs have no edits of their own, as the reference's. ``wsl`` (chosen by
 ``auto`` on a WSL2 node, :mod:`nvct.wsl`) gives one ``all`` device, ``/dev/dxg``,
-and the driver store's files as the spec's own edits.
+and the driver store's files as the spec's own edits; ``csv`` (``auto`` on a Tegra
+board, :mod:`nvct.csvmode`) one ``all`` device with the CSV lists' device nodes, and
+their files as the spec's own edits.
 
 The result's ``cdiVersion`` is the lowest that can express it, so a plain GPU
 spec is readable by runtimes that know only CDI 0.5.0 (podman 4.3).
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import os
 
-from nvct import devices, injection, wsl
+from nvct import csvmode, devices, injection, wsl
 from nvct.cdi import names, schema
 from nvct.cdi import spec as spec_mod
 from nvct.cdi.features import Generation
@@ -44,9 +46,9 @@ if TYPE_CHECKING:
 STRATEGIES = ("index", "uuid", "type-index")
 DEFAULT_STRATEGIES = ("index", "uuid")
 GATED_MODES = ("gds", "mofed", "gdrcopy", "nvswitch")
-MODES = ("auto", "nvml", "management", *GATED_MODES, "imex", "wsl")
+MODES = ("auto", "nvml", "management", *GATED_MODES, "imex", "wsl", "csv")
 #: The reference's other modes, refused with the reason.
-UNSUPPORTED_MODES = {"csv": "Tegra's CSV mount lists"}
+UNSUPPORTED_MODES: dict[str, str] = {}
 #: IMEX channel ids fit a device minor (20 bits).
 MAX_IMEX_CHANNEL = (1 << 20) - 1
 DEFAULT_VENDOR = "nvidia.com"
@@ -70,7 +72,7 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
              device_ids: Sequence[str] = (ALL_DEVICE,), strategies: Sequence[str] = DEFAULT_STRATEGIES,
              mode: str = "auto", all_device: bool = True, ldconfig: str | None = None,
              generation: Generation | None = None, gids: bool = False,
-             requirements: bool = True) -> dict[str, Any]:
+             requirements: bool = True, csv_files: Sequence[str] = ()) -> dict[str, Any]:
     """The spec (a mapping ready to write) for ``driver``'s devices.
 
     ``generation``: feature flags and hook choices (default: the reference's defaults).
@@ -90,6 +92,17 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         generation = Generation()
     if mode == "auto" and wsl.is_wsl(driver):  # as the reference: a WSL2 node gets the wsl spec
         mode = "wsl"
+    if mode == "csv" or (mode == "auto" and csvmode.is_tegra(driver)):  # as the reference on a Tegra board
+        files = list(csv_files) or csvmode.csv_files(csvmode.DEFAULT_MOUNT_SPEC_PATH)
+        if not files:
+            raise DriverError("--mode csv: no CSV files (devices.csv, drivers.csv, l4t.csv in "
+                              f"{csvmode.MOUNT_SPEC_PATH_KEY}); name them with --csv.file")
+        common = generation.finish(csvmode.container_edits(driver, files, hook_path=hook_path, ldconfig=ldconfig),
+                                   gids=gids)
+        entries = [(ALL_DEVICE, ContainerEdits(device_nodes=common.device_nodes))]
+        common.device_nodes = []
+        common.env.append(VOID_ENV)
+        return _spec(vendor, cls, entries, common, False, generation, gids)
     if mode == "wsl":
         wsl.check_ids(device_ids, "--device-id")
         entries = [(ALL_DEVICE, ContainerEdits(device_nodes=[wsl.dxg_node(driver)]))]

@@ -74,12 +74,13 @@ OPTIONS = (
            metavar="DIR"),
     Option(("--config-search-path",), "config_search_paths", LIST, (_G + "CONFIG_SEARCH_PATHS",),
            "Not used by nvct: it finds the driver's config files in their standard directories.", metavar="DIR"),
-    Option(("--csv.file",), "csv_files", LIST, (_G + "CSV_FILES",), "csv mode only (not supported by nvct).",
+    Option(("--csv.file",), "csv_files", LIST, (_G + "CSV_FILES",), "csv mode: the CSV files (default: "
+           "devices.csv, drivers.csv and l4t.csv in /etc/nvidia-container-runtime/host-files-for-container.d).",
            metavar="FILE"),
     Option(("--csv.ignore-pattern",), "csv_ignore_patterns", LIST, (_G + "CSV_IGNORE_PATTERNS",),
-           "csv mode only (not supported by nvct).", metavar="PATTERN"),
+           "Not used by nvct's csv mode.", metavar="PATTERN"),
     Option(("--csv.compat-container-root",), "csv_compat_root", VALUE, (_G + "CSV_CONTAINER_COMPAT_ROOT",),
-           "csv mode only (not supported by nvct).", metavar="DIR"),
+           "Not used by nvct's csv mode.", metavar="DIR"),
     Option(("--no-all-device",), "no_all_device", FLAG, (_G + "NO_ALL_DEVICE",), "Do not add the 'all' device."),
 )
 #: Variables nvct read by mistake once: still read, with a warning.
@@ -186,7 +187,7 @@ def resolve(given: dict, environ, config) -> dict:
 
 def run(config, given: dict) -> str | None:
     """Generate the spec; write it to stdout or ``output``. Returns the line for stderr, if any."""
-    from nvct import log
+    from nvct import csvmode, log
     from nvct.cdi import encoding, features, generate, spec as spec_mod
     from nvct.driver import Driver
     from nvct.errors import NvctError
@@ -205,13 +206,16 @@ def run(config, given: dict) -> str | None:
                     config.get("nvidia-container-cli.ldcache") or None)
     generation = features.Generation(o["feature_flags"], o["disabled_hooks"], o["enabled_hooks"])
     device_ids = o["device_ids"] or ("all",)
+    if o["csv_files"] and not (o["mode"] == "csv" or (o["mode"] == "auto" and csvmode.is_tegra(driver))):
+        log.logger.warning("--csv.file ignored: it applies to csv mode only (a Tegra board's)")
+    csv_default = csvmode.csv_files(csvmode.mount_spec_path(config)) if o["mode"] in ("csv", "auto") else []
 
     def spec(cls: str, ids) -> dict:
         return generate.generate(
             driver, hook_path=hook_path, vendor=o["vendor"], cls=cls, device_ids=ids,
             strategies=o["strategies"] or generate.DEFAULT_STRATEGIES, mode=o["mode"],
             all_device=not o["no_all_device"], ldconfig=ldconfig, generation=generation,
-            requirements=config.get("disable-require") is not True)
+            requirements=config.get("disable-require") is not True, csv_files=o["csv_files"] or csv_default)
 
     specs = [("", spec(o["cls"], device_ids))]
     if (features.COHERENT_ANNOTATIONS in generation.features and o["mode"] in ("auto", "nvml")
@@ -243,10 +247,10 @@ def _warn_unused(o: dict) -> None:
     if o["config_search_paths"]:
         logger.warning("--config-search-path ignored: nvct finds the driver's config files (ICD and profile "
                        "JSONs) in their standard directories under the driver root")
-    for param, name in (("csv_files", "--csv.file"), ("csv_ignore_patterns", "--csv.ignore-pattern"),
+    for param, name in (("csv_ignore_patterns", "--csv.ignore-pattern"),
                         ("csv_compat_root", "--csv.compat-container-root")):
         if o[param]:
-            logger.warning("%s ignored: nvct has no csv (Tegra) mode", name)
+            logger.warning("%s ignored: nvct's csv (Tegra) mode does not use it", name)
 
 
 def _hook_path(value: str) -> str:

@@ -27,12 +27,21 @@ def simulate_group():
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64", show_default=True,
               help="The node's architecture: aarch64 is a Grace (arm64, sbsa) node, a GH200 by default "
                    "(needs a cross compiler and an aarch64 ldconfig; see docs/platforms.md).")
-@click.option("--platform", type=click.Choice(["server", "wsl"]), default="server", show_default=True,
-              help="wsl: a WSL2 node (/dev/dxg and a Windows driver store; see docs/platforms.md).")
+@click.option("--platform", type=click.Choice(["server", "wsl", "tegra"]), default="server", show_default=True,
+              help="wsl: a WSL2 node (/dev/dxg and a Windows driver store); tegra: a Jetson board (arm64, "
+                   "its CSV lists, for csv mode); see docs/platforms.md.")
 def node_command(directory, driver_version, gpus, mig, topology, device_nodes, force, arch, platform):
     """Build a simulated GPU node in DIRECTORY (driver root, dev root and DIRECTORY/proc)."""
     from nvct.simulate import build_node
 
+    if platform == "tegra":
+        from nvct.simulate.tegra import build_tegra_node
+
+        m = build_tegra_node(directory, device_nodes=device_nodes)
+        click.echo(f"simulated Jetson (Tegra) board at {m['roots']['driver_root']}: {len(m['devices'])} device "
+                   f"nodes, {len(m['files'])} files, CSV lists in {m['mount_spec_path']}")
+        click.echo(f"config: {m['config']}")
+        return
     if platform == "wsl":
         from nvct.simulate.wsl import build_wsl_node
 

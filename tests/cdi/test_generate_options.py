@@ -152,7 +152,8 @@ def test_flags_beat_variables(entry_points, node):
     ({_G + "NO_ALL_DEVICE": "maybe"}, f"nvct: {_G}NO_ALL_DEVICE: 'maybe' is not a boolean (true or false)\n"),
     ({_G + "MODE": "bogus"}, f"nvct: {_G}MODE: invalid value 'bogus' (one of auto, nvml, management, gds, "
                              "mofed, gdrcopy, nvswitch, imex, csv, wsl)\n"),
-    ({_G + "MODE": "csv"}, "nvct: CDI generate mode 'csv' (Tegra's CSV mount lists) is not supported by nvct\n"),
+    ({_G + "MODE": "csv", _G + "CSV_FILES": "/nonexistent/devices.csv"},
+     "nvct: /nonexistent/devices.csv: No such file or directory\n"),
     ({_G + "ENABLED_HOOKS": "all"}, "nvct: --enable-hook all: enabling all hooks is not supported\n"),
     ({_G + "LDCONFIG_PATH": "sbin/ldconfig"}, "nvct: --ldconfig-path: 'sbin/ldconfig' is not an absolute host path\n"),
     ({"NVIDIA_CTK_CDI_HOOK_PATH": "bin/nvct"}, "nvct: --nvidia-cdi-hook-path: 'bin/nvct' is not an absolute path\n"),
@@ -168,7 +169,7 @@ def test_bad_variables_are_one_line(entry_points, node, env, message):
 @pytest.mark.parametrize("var, flag", [
     (_G + "LIBRARY_SEARCH_PATHS", "--library-search-path ignored"),
     (_G + "CONFIG_SEARCH_PATHS", "--config-search-path ignored"),
-    (_G + "CSV_FILES", "--csv.file ignored: nvct has no csv (Tegra) mode"),
+    (_G + "CSV_FILES", "--csv.file ignored: it applies to csv mode only"),
     (_G + "CSV_IGNORE_PATTERNS", "--csv.ignore-pattern ignored"),
     (_G + "CSV_CONTAINER_COMPAT_ROOT", "--csv.compat-container-root ignored"),
 ])
@@ -211,7 +212,7 @@ def test_unknown_hooks_and_feature_flags_are_warned_about(entry_points, node):
                      "--feature-flags", "disable-multiple-csv-devices,disable-nvsandboxutils")
     flags, hooks = proc.stderr.splitlines()[:2], proc.stderr.splitlines()[2:]
     assert flags == [
-        "nvct: warning: --feature-flag disable-multiple-csv-devices ignored: nvct has no csv (Tegra) mode",
+        "nvct: warning: --feature-flag disable-multiple-csv-devices ignored: nvct's csv mode gives one device (all)",
         "nvct: warning: --feature-flag no-such-flag ignored: not a feature flag nvct or the reference knows",
     ]
     (hook,) = hooks
@@ -362,7 +363,8 @@ def test_jit_cdi_keys_nvct_does_not_implement_are_warned_about(tmp_path):
     finally:
         log.setup()
     text = (tmp_path / "log").read_text()
-    assert f"{key}.nvcdi-feature-flags disable-multiple-csv-devices ignored: nvct has no csv (Tegra) mode" in text
+    assert (f"{key}.nvcdi-feature-flags disable-multiple-csv-devices ignored: nvct's csv mode gives one device "
+            "(all)") in text
     assert f"{key}.nvcdi-disable-hooks typo ignored: not a hook name" in text
     assert len(text.splitlines()) == 2 and "nvsandbox" not in text  # the old spelling is the reference's alias
     assert generation.features == {"disable-multiple-csv-devices", "disable-nvsandboxutils"}
