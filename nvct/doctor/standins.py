@@ -43,7 +43,7 @@ def check_standins(ctx: Context):
             yield warn("toolkit.standins", f"{path} is a stand-in left when nvct was removed, and no process names it "
                        f"any more (its container was deleted outside its engine, or its shim died): "
                        f"anything still configured to run it gets 'nvct was removed from this node'",
-                       f"nvct toolkit prune-standins {path}")
+                       f"nvct toolkit prune-standins {path} (where nvct is gone too: {path} --nvct-prune)")
 
 
 CHECKS = (check_standins,)

@@ -72,11 +72,12 @@ def test_a_needed_stand_in_is_info_and_a_stale_one_is_pruned(tmp_path, busybox_i
         got = {f.seen.split()[0]: f for f in by_id(findings, "toolkit.standins")}
         assert got[runtime].status == "info" and "still need it" in got[runtime].seen, report
         assert got[stale].status == "warn" and "no process names it" in got[stale].seen, report
-        assert got[stale].fix == f"nvct toolkit prune-standins {stale}", report
+        command, _, without = got[stale].fix.partition(" (where nvct is gone too: ")
+        assert command == f"nvct toolkit prune-standins {stale}" and without == f"{stale} --nvct-prune)", report
         assert doctor.exit_code([f for f in findings if f.id == "toolkit.standins"]) == 0
 
         # the fix, as printed, removes the stale one (and its empty directory); the needed one stays
-        proc = subprocess.run(["sh", "-ec", got[stale].fix.replace("nvct ", f"{VENV_BIN}/nvct ", 1)],
+        proc = subprocess.run(["sh", "-ec", command.replace("nvct ", f"{VENV_BIN}/nvct ", 1)],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0 and proc.stdout == f"removed {stale}\n", proc
         assert not os.path.exists(os.path.dirname(stale))
@@ -95,6 +96,16 @@ def test_a_needed_stand_in_is_info_and_a_stale_one_is_pruned(tmp_path, busybox_i
         containerd.ctr(["container", "rm", cid]).check()
     assert not os.path.exists(toolkit)
     assert [f.status for f in by_id(node.doctor(**options), "toolkit.standins")] == ["ok"]
+
+
+def test_without_nvct_a_stale_stand_in_prunes_itself(tmp_path):
+    """The fix's other half, for a node where nvct is gone too: the stand-in's own --nvct-prune."""
+    path = tmp_path / "toolkit" / "nvidia-container-runtime"
+    path.parent.mkdir()
+    path.write_text(standin.script(str(path), ["runc"]))
+    path.chmod(0o755)
+    proc = subprocess.run(["sh", "-ec", f"{path} --nvct-prune"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and not path.parent.exists(), proc
 
 
 def test_prune_refuses_what_is_not_a_stand_in(tmp_path):
