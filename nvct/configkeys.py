@@ -38,7 +38,7 @@ _KNOWN: dict = {
         "disable-cuda-compat-lib-hook", "disable-imex-channel-creation", "ignore-imex-channel-requests",
         "no-additional-gids-for-device-nodes", "gds", "mofed", "nvswitch", "gdrcopy", "include-persistenced-socket",
         "include-gsp-firmware", "require-nvidia-kernel-module")),
-    "nvct": dict.fromkeys(("dev-root", "proc-root", "path")),
+    "nvct": dict.fromkeys(("dev-root", "proc-root", "path", "sandbox")),
 }
 
 

@@ -67,16 +67,19 @@ GATED = {
 
 
 def container_edits(request: Request, driver: Driver, config, *, hook_path: str | None = None,
-                    generation=None) -> ContainerEdits:
+                    generation=None, sandbox: bool = False) -> ContainerEdits:
     """All edits for one GPU request (devices, then what they share).
 
     ``generation``: jit-cdi's feature flags and hook choices (:mod:`nvct.cdi.features`).
+    ``sandbox``: no hook at all (:mod:`nvct.cdi.sandbox`).
     """
     if not request.is_gpu:
         return ContainerEdits()
     from nvct import wsl
 
     if wsl.is_wsl(driver):  # no NVIDIA module: /dev/dxg and the driver store (nvct.wsl)
+        if sandbox:
+            raise NvctError("sandbox edits are not available on WSL2 (its driver store needs the ld cache hook)")
         edits = wsl.container_edits(request, driver, hook_path=hook_path or hook_executable(config),
                                     ldconfig=ldconfig_setting(config))
         return generation.finish(edits) if generation is not None else edits
@@ -91,8 +94,8 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     for feature in sorted(request.features):
         edits.extend(gated_edits(driver, feature))
     edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
-                              ldconfig=ldconfig_setting(config), generation=generation))
-    if generation is not None and generation.hook_enabled(MEMORY_LIMITS_HOOK):
+                              ldconfig=ldconfig_setting(config), generation=generation, sandbox=sandbox))
+    if not sandbox and generation is not None and generation.hook_enabled(MEMORY_LIMITS_HOOK):
         edits.extend(memory_limit_edits(request, driver, selection.gpus, hook_path or hook_executable(config)))
     if generation is not None:
         generation.finish(edits)
@@ -163,11 +166,12 @@ def ldconfig_setting(config) -> str | None:
 
 
 def common_edits(driver: Driver, capabilities, *, hook_path: str,
-                 ldconfig: str | None = None, generation=None) -> ContainerEdits:
+                 ldconfig: str | None = None, generation=None, sandbox: bool = False) -> ContainerEdits:
     """What every GPU container with ``capabilities`` gets, whichever GPUs it has.
 
     ``ldconfig``: the host ldconfig for the update-ldcache step (None: the default).
     ``generation``: feature flags that leave out the IPC sockets or add libraries.
+    ``sandbox``: library mounts under their link names instead of the hook (:mod:`nvct.cdi.sandbox`).
     """
     caps = set(capabilities)
     sets = library_sets(caps)  # video brings the compute libraries, display the graphics ones
@@ -195,6 +199,11 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str,
     for path in xorg:
         edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="X server module"))
 
+    if sandbox:
+        from nvct.cdi import sandbox as sandbox_mod
+
+        edits.mounts.extend(sandbox_mod.library_mounts(driver, libraries, sets, xorg))
+        return sandbox_mod.hookless(edits)
     steps = in_container_steps(driver, libraries, sets, ldconfig=ldconfig, xorg=xorg)
     if steps:
         edits.hooks.append(Hook("createContainer", hook_path, tuple(chain_prefix(hook_path) + steps),

@@ -95,11 +95,15 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
         plan = _into_spec(spec, edits, bundle, config, runtime, prepare)
         return Modification("cdi", why, edits, request.devices or (), plan)
     from nvct import injection
+    from nvct.cdi import sandbox
     from nvct.cdi.features import for_jit
     from nvct.driver import Driver
 
     driver = driver or Driver.from_config(config)
-    edits = injection.container_edits(request, driver, config, generation=for_jit(config))
+    hookless, sandbox_why = sandbox.wanted(spec, config)
+    if hookless:
+        why += f"; sandbox edits, no hooks ({sandbox_why})"
+    edits = injection.container_edits(request, driver, config, generation=for_jit(config), sandbox=hookless)
     if bundle:
         edits.hooks = [_with_container_root(h, ocispec.rootfs(spec, bundle)) for h in edits.hooks]
     check_requirements(request, driver, config)

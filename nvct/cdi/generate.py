@@ -13,6 +13,7 @@ injects the GPUs a second time.
 Host paths lie under the driver and device roots, container paths are as on
 a host (:mod:`nvct.injection` computes both). The ``management`` mode gives
 one ``all`` device with every NVIDIA device node, for monitoring containers.
+``sandbox`` gives the GPUs with no hook at all (:mod:`nvct.cdi.sandbox`).
 The modes ``gds``, ``mofed``, ``gdrcopy`` and ``nvswitch`` give one ``all``
 device with that subsystem's device nodes (and, for GDS, ``/etc/cufile.json``
 and ``/run/udev``); ``imex`` one device per IMEX channel, named by its number.
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 STRATEGIES = ("index", "uuid", "type-index")
 DEFAULT_STRATEGIES = ("index", "uuid")
 GATED_MODES = ("gds", "mofed", "gdrcopy", "nvswitch")
-MODES = ("auto", "nvml", "management", *GATED_MODES, "imex", "wsl", "csv")
+MODES = ("auto", "nvml", "management", *GATED_MODES, "imex", "wsl", "sandbox", "csv")
 #: The reference's other modes, refused with the reason.
 UNSUPPORTED_MODES: dict[str, str] = {}
 #: IMEX channel ids fit a device minor (20 bits).
@@ -115,6 +116,17 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         common = ContainerEdits()
         entries = (_gated_entries(driver, mode) if mode in GATED_MODES else _imex_entries(driver, device_ids))
         all_device = all_device and NONE_DEVICE not in device_ids
+        return _spec(vendor, cls, entries, common, all_device, generation, gids)
+    if mode == "sandbox":  # the GPUs without hooks (nvct.cdi.sandbox)
+        if wsl.is_wsl(driver):
+            raise NvctError("--mode sandbox: not available on WSL2 (its driver store needs the ld cache hook)")
+        common = generation.finish(injection.common_edits(driver, CAPABILITIES, hook_path=hook_path,
+                                                          generation=generation, sandbox=True), gids=gids)
+        if NONE_DEVICE in device_ids:
+            entries, all_device = [(NONE_DEVICE, ContainerEdits(env=[VOID_ENV]))], False
+        else:
+            entries = _device_entries(driver, device_ids, _unique_strategies(strategies))
+        common.env.append(VOID_ENV)
         return _spec(vendor, cls, entries, common, all_device, generation, gids)
     common = injection.common_edits(driver, CAPABILITIES, hook_path=hook_path, ldconfig=ldconfig,
                                     generation=generation)

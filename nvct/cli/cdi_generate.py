@@ -30,7 +30,7 @@ class Option:
         self.default = default if default is not None else {LIST: (), FLAG: False}.get(kind)
 
 
-_MODES = ("auto", "nvml", "management", "gds", "mofed", "gdrcopy", "nvswitch", "imex", "csv", "wsl")
+_MODES = ("auto", "nvml", "management", "gds", "mofed", "gdrcopy", "nvswitch", "imex", "csv", "wsl", "sandbox")
 _G = "NVIDIA_CTK_CDI_GENERATE_"
 
 OPTIONS = (
@@ -42,7 +42,8 @@ OPTIONS = (
     Option(("--mode", "--discovery-mode"), "mode", VALUE, (_G + "MODE",),
            "auto/nvml: the GPUs; management: one 'all' device with every NVIDIA device node; gds, mofed, "
            "gdrcopy, nvswitch: one 'all' device with that subsystem's nodes; imex: a device per IMEX channel "
-           "(default: auto).", choices=_MODES, default="auto"),
+           "(default: auto); sandbox: the GPUs with no hook, for user namespaces and sandboxes.",
+           choices=_MODES, default="auto"),
     Option(("--device-name-strategy",), "strategies", LIST, (_G + "DEVICE_NAME_STRATEGIES",),
            "index, uuid or type-index; repeat for several names each (default: index and uuid).",
            metavar="STRATEGY"),
@@ -218,7 +219,7 @@ def run(config, given: dict) -> str | None:
             requirements=config.get("disable-require") is not True, csv_files=o["csv_files"] or csv_default)
 
     specs = [("", spec(o["cls"], device_ids))]
-    if (features.COHERENT_ANNOTATIONS in generation.features and o["mode"] in ("auto", "nvml")
+    if (features.COHERENT_ANNOTATIONS in generation.features and o["mode"] in ("auto", "nvml", "sandbox")
             and "none" not in device_ids):
         specs += [(infix, spec(o["cls"] + infix, uuids))
                   for infix, uuids in features.coherence_groups(driver, device_ids)]

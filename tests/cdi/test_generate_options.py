@@ -151,7 +151,7 @@ def test_flags_beat_variables(entry_points, node):
 @pytest.mark.parametrize("env, message", [
     ({_G + "NO_ALL_DEVICE": "maybe"}, f"nvct: {_G}NO_ALL_DEVICE: 'maybe' is not a boolean (true or false)\n"),
     ({_G + "MODE": "bogus"}, f"nvct: {_G}MODE: invalid value 'bogus' (one of auto, nvml, management, gds, "
-                             "mofed, gdrcopy, nvswitch, imex, csv, wsl)\n"),
+                             "mofed, gdrcopy, nvswitch, imex, csv, wsl, sandbox)\n"),
     ({_G + "MODE": "csv", _G + "CSV_FILES": "/nonexistent/devices.csv"},
      "nvct: /nonexistent/devices.csv: No such file or directory\n"),
     ({_G + "ENABLED_HOOKS": "all"}, "nvct: --enable-hook all: enabling all hooks is not supported\n"),
