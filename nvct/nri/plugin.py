@@ -27,7 +27,7 @@ ANNOTATION_DOMAIN = "nvidia.cdi.k8s.io"
 MANAGEMENT_KIND = "management.nvidia.com/gpu"
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_INDEX = 10
-#: The name the reference registers under (its binary's name).
+#: The name registered when the program's own is unknown (the reference registers under its program's name).
 PLUGIN_NAME = "nvidia-ctk-installer"
 RECONNECT_S = 2.0
 #: How long the first registration may take before the installer gives up.

@@ -97,11 +97,15 @@ def run(opts: Options, log: Callable[[str], None] = stderr_log) -> int:
 
 def _start_nri_plugin(opts: Options, installation: Installation, log: Callable[[str], None]):
     """The NRI plugin, registered with the runtime (else everything installed is undone, and it raises)."""
-    from nvct.nri.plugin import Plugin, Policy
+    import os
+    import sys
+
+    from nvct.nri.plugin import PLUGIN_NAME, Plugin, Policy
 
     policy = Policy([opts.nri_namespace, *opts.nri_management_namespaces])
+    name = os.path.basename(sys.argv[0] or "") or PLUGIN_NAME  # the reference's: its program's name
     try:
-        return Plugin(opts.nri_socket, f"{opts.nri_plugin_index:02d}", policy, log).start(STOP_SIGNALS)
+        return Plugin(opts.nri_socket, f"{opts.nri_plugin_index:02d}", policy, log, name=name).start(STOP_SIGNALS)
     except BaseException:
         installation.uninstall()
         raise

@@ -26,7 +26,7 @@ from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE, need_
 from tests.support.noderoot import CRI_RUNTIME, PACKAGES, SCRIPTS, NodeContainerd, NodeRoot, cached_node_root, \
     package_versions
 from tests.support.proc import Result, stop_pid, unique_id
-from tests.toolkit.installer import Installer
+from tests.toolkit.installer import VENV_BIN, Installer
 
 pytestmark = pytest.mark.containers
 
@@ -85,15 +85,22 @@ def nri(node, sim_node, busybox_image_tar, pause_image_tar, tmp_path_factory):
         daemon.import_image(busybox_image_tar, K8S_NAMESPACE)
         daemon.import_image(pause_image_tar, K8S_NAMESPACE)
         config_before = open(daemon.config_file).read()
+        work = tmp / "installer"
+        work.mkdir()
         env = {"ENABLE_NRI_PLUGIN": "true", "NRI_SOCKET": daemon.nri_socket, "NRI_PLUGIN_INDEX": "7",
                "NRI_NAMESPACE": OPERATOR_NS, "NRI_MANAGEMENT_CDI_DEVICE_NAMESPACES": MONITORING_NS,
                "RUNTIME": "containerd", "RUNTIME_CONFIG": daemon.config_file, "RUNTIME_SOCKET": daemon.socket,
+               "RUNTIME_CONFIG_SOURCE": f"file={daemon.config_file}",
+               "ROOT": str(work / "install"), "TOOLKIT_PID_FILE": str(work / "run" / "toolkit.pid"),
+               "HOST_ROOT_MOUNT": "/", "NVCT_HOST_PYTHON": sys.executable, "NVIDIA_DRIVER_ROOT": "/",
                "NVIDIA_CTK_CONFIG_FILE_PATH": sim_node["config"]}
-        (tmp / "installer").mkdir()
-        with Installer(["--python", sys.executable, "--driver-root", "/"], str(tmp / "installer"), env=env) as inst:
+        # as the operator's DaemonSet runs it: the entry program, configured by environment variables alone
+        with Installer([], str(work), env=env, program=[os.path.join(VENV_BIN, "nvidia-ctk-installer")]) as inst:
             daemon.installer = inst
             daemon.config_before = config_before
             yield daemon
+            assert inst.stop() == 0, inst.log()  # SIGTERM: the plugin stops, the toolkit is removed
+            assert "removed everything that was installed" in inst.log(), inst.log()
 
 
 def run_pod(daemon, namespace: str, annotations: dict, command: str = PROBE) -> Result:
@@ -122,7 +129,7 @@ def nodes(result: Result) -> set:
 
 def test_the_installer_registers_and_writes_no_containerd_config(nri):
     log = nri.installer.log()
-    assert "NRI: registered as 07-nvidia-ctk-installer" in log, log
+    assert "NRI: registered as 07-nvidia-ctk-installer" in log, log  # the reference's name: its program's
     assert open(nri.config_file).read() == nri.config_before
     assert sorted(os.listdir(nri.state_dir)).count("conf.d") == 0
 
