@@ -49,7 +49,7 @@ _ARCH_WITNESSES = ("libcuda.so.1", "libnvidia-ml.so.1")
 
 BINARIES: dict[str, tuple[str, ...]] = {
     "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"),
-    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server", "nvidia-imex", "nvidia-imex-ctl"),
 }
 _BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/local/sbin")
 
@@ -68,14 +68,18 @@ LIBRARY_SETS: dict[str, tuple[str, ...]] = {
 }
 
 #: Libraries the reference toolkit adds to libnvidia-container's lists (its graphics mounts,
-#: and its CDI specs, which carry every ``*.so.<version>``). egl-gbm and egl-wayland have
-#: their own versions; libnvidia-allocator is what ``gbm/nvidia-drm_gbm.so`` points at.
+#: and its CDI specs, which carry every ``*.so.*``). The EGL platform libraries and NVVM 7.0
+#: (``libnvidia-nvvm70.so.4``, newer drivers) have their own versions; libnvidia-allocator is
+#: what ``gbm/nvidia-drm_gbm.so`` points at.
 EXTRA_LIBRARIES: dict[str, tuple[str, ...]] = {
-    "graphics": ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so", "libnvidia-vulkan-producer.so",
+    "compute": ("libnvidia-nvvm70.so",),
+    "graphics": ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so", "libnvidia-egl-wayland2.so",
+                 "libnvidia-egl-xcb.so", "libnvidia-egl-xlib.so", "libnvidia-vulkan-producer.so",
                  "libnvidia-allocator.so"),
     "display": ("libnvidia-gtk3.so", "libnvidia-wayland-client.so"),
 }
-OWN_VERSION_LIBRARIES = ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so")
+OWN_VERSION_LIBRARIES = ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so", "libnvidia-egl-wayland2.so",
+                         "libnvidia-egl-xcb.so", "libnvidia-egl-xlib.so", "libnvidia-nvvm70.so")
 
 #: Config and data files found under /etc, else /usr/share (the reference's config dirs),
 #: per library set: (name, where it goes in the container; None: the path it was found at).
@@ -86,6 +90,9 @@ CONFIG_FILES: dict[str, tuple[tuple[str, str | None], ...]] = {
         ("glvnd/egl_vendor.d/10_nvidia.json", None),
         ("egl/egl_external_platform.d/15_nvidia_gbm.json", None),
         ("egl/egl_external_platform.d/10_nvidia_wayland.json", None),
+        ("egl/egl_external_platform.d/09_nvidia_wayland2.json", None),
+        ("egl/egl_external_platform.d/20_nvidia_xcb.json", None),
+        ("egl/egl_external_platform.d/20_nvidia_xlib.json", None),
         ("nvidia/nvoptix.bin", None),
         ("X11/xorg.conf.d/10-nvidia.conf", None),
         ("X11/xorg.conf.d/nvidia-drm-outputclass.conf", None),
@@ -129,7 +136,12 @@ VDPAU_DIRS = tuple(dict.fromkeys(d for arch in MULTIARCH for d in vdpau_dirs(arc
 _TLS = "libnvidia-tls.so"
 _TLS_ABI = (2, 3, 99)
 
-_FIRMWARE_DIRS = ("/lib/firmware/nvidia/{version}", "/usr/lib/firmware/nvidia/{version}")
+#: Where the kernel's firmware loader looks (after firmware_class.path), in its order; GSP
+#: firmware is ``<dir>/nvidia/<driver version>/*.bin`` in the first that has it.
+_FIRMWARE_DIRS = ("/lib/firmware/updates/{release}", "/lib/firmware/updates", "/lib/firmware/{release}",
+                  "/lib/firmware", "/usr/lib/firmware")
+#: The kernel's ``firmware_class.path`` parameter, in the sysfs beside the proc root.
+_FIRMWARE_CLASS_PATH = "sys/module/firmware_class/parameters/path"
 
 
 class _cached:
@@ -484,9 +496,12 @@ class Driver:
         return out
 
     def firmware(self) -> list[str]:
-        out = []
-        for pattern in _FIRMWARE_DIRS:
-            d = pattern.format(version=self.version)
+        """GSP firmware, as the kernel's loader finds it: the ``firmware_class.path`` folder first,
+        then ``/lib/firmware/updates/<kernel release>`` ... ``/lib/firmware`` (paths under the driver root)."""
+        release = os.uname().release
+        out: list[str] = []
+        for base in [*self._firmware_class_path(), *(p.format(release=release) for p in _FIRMWARE_DIRS)]:
+            d = f"{base}/nvidia/{self.version}"
             try:
                 names = sorted(os.listdir(self.host_path(d)))
             except (FileNotFoundError, NotADirectoryError):
@@ -495,6 +510,18 @@ class Driver:
             if out:
                 break
         return out
+
+    def _firmware_class_path(self) -> list[str]:
+        """The kernel's ``firmware_class.path`` (the sysfs beside :attr:`proc_root`), when an absolute folder."""
+        sys_path = os.path.join(os.path.dirname(os.path.normpath(self.proc_root)), _FIRMWARE_CLASS_PATH)
+        try:
+            with open(sys_path, "rb") as f:
+                value = f.read(4097).decode("utf-8", "replace").strip()
+        except OSError:
+            return []
+        if not value.startswith("/") or len(value) > 4096 or "\n" in value:
+            return []
+        return [os.path.normpath(value)]
 
     def config_files(self, sets) -> list[tuple[str, str]]:
         """(path under the driver root, container path) of the :data:`CONFIG_FILES` of ``sets``."""

@@ -55,6 +55,11 @@ def text_files(drv: Driver) -> dict:
     if drv.branch >= 495:
         out["usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json"] = _icd("libnvidia-egl-gbm.so.1")
     out["usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json"] = _icd("libnvidia-egl-wayland.so.1")
+    if drv.branch >= 575:
+        out["usr/share/egl/egl_external_platform.d/09_nvidia_wayland2.json"] = _icd("libnvidia-egl-wayland2.so.1")
+    if drv.branch >= 560:
+        out["usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json"] = _icd("libnvidia-egl-xcb.so.1")
+        out["usr/share/egl/egl_external_platform.d/20_nvidia_xlib.json"] = _icd("libnvidia-egl-xlib.so.1")
     out["etc/OpenCL/vendors/nvidia.icd"] = "libnvidia-opencl.so.1\n"
     out[f"usr/share/nvidia/nvidia-application-profiles-{drv.version}-rc"] = _json({
         "rules": [

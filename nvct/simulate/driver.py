@@ -130,6 +130,11 @@ class Driver:
             Library("libnvidia-egl-gbm", None, "own", own_version=_by_branch(_EGL_GBM_BY_BRANCH, b))
             if b >= 495 else None,
             Library("libnvidia-egl-wayland", None, "own", own_version=_by_branch(_EGL_WAYLAND_BY_BRANCH, b)),
+            # Newer drivers' EGL platform libraries and NVVM 7.0, each with its own version.
+            Library("libnvidia-egl-wayland2", None, "own", own_version="1.0.0") if b >= 575 else None,
+            Library("libnvidia-egl-xcb", None, "own", own_version="1.0.1") if b >= 560 else None,
+            Library("libnvidia-egl-xlib", None, "own", own_version="1.0.1") if b >= 560 else None,
+            Library("libnvidia-nvvm70", None, "own", own_version="4") if b >= 570 else None,
             Library("libnvidia-gtk3", None, "ver"),
             Library("libnvidia-wayland-client", None, "ver") if b >= 515 else None,
         ]
@@ -171,8 +176,8 @@ BINARIES = {
     "nv-fabricmanager": "utility",
     "nvidia-cuda-mps-control": "compute",
     "nvidia-cuda-mps-server": "compute",
-    "nvidia-imex": None,
-    "nvidia-imex-ctl": None,
+    "nvidia-imex": "compute",
+    "nvidia-imex-ctl": "compute",
 }
 
 

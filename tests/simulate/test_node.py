@@ -248,7 +248,8 @@ def test_manifest_describes_the_node(node550):
     assert m["device_majors"]["nvidia-uvm"] == 510
     assert {b["path"] for b in m["binaries"]} == {
         "/usr/bin/nvidia-smi", "/usr/bin/nvidia-debugdump", "/usr/bin/nvidia-persistenced",
-        "/usr/bin/nv-fabricmanager", "/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-server"}
+        "/usr/bin/nv-fabricmanager", "/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-server",
+        "/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex-ctl"}
     assert m["ipc"][:2] == ["/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"]
 
 

@@ -28,7 +28,10 @@ REFERENCE_LISTS = {
 }
 # The reference toolkit's graphics mounts add these for graphics or display; its CDI specs carry
 # every library of the driver version, which nvct gives display containers (docs/capabilities.md).
-TOOLKIT_GRAPHICS = {"libnvidia-egl-gbm", "libnvidia-egl-wayland", "libnvidia-vulkan-producer", "libnvidia-allocator"}
+TOOLKIT_GRAPHICS = {"libnvidia-egl-gbm", "libnvidia-egl-wayland", "libnvidia-egl-wayland2", "libnvidia-egl-xcb",
+                    "libnvidia-egl-xlib", "libnvidia-vulkan-producer", "libnvidia-allocator"}
+# NVVM 7.0 (its own version, newer drivers), as the toolkit's CDI specs carry it, with compute.
+TOOLKIT_COMPUTE = {"libnvidia-nvvm70"}
 TOOLKIT_DISPLAY = {"libnvidia-gtk3", "libnvidia-wayland-client"}
 
 
@@ -38,6 +41,8 @@ def stem(path: str) -> str:
 
 def expected_library_stems(caps, on_node) -> set[str]:
     wanted = {name for cap in caps for lst in REFERENCE_OPTIONS[cap] for name in REFERENCE_LISTS[lst]}
+    if {"compute", "video"} & set(caps):
+        wanted |= TOOLKIT_COMPUTE
     if {"graphics", "display"} & set(caps):
         wanted |= TOOLKIT_GRAPHICS
     if "display" in caps:

@@ -1,0 +1,82 @@
+"""A current driver's files, seen from inside real containers (runc and crun, legacy and jit-cdi).
+
+Driver 580 ships NVVM 7.0 (``libnvidia-nvvm70.so.4``), the EGL platform libraries
+wayland2, xcb and xlib with their JSON, and the IMEX daemon and its control tool.
+GSP firmware is found where the kernel's loader looks: ``firmware_class.path``
+first, then ``/lib/firmware/updates/<kernel release>``, ``/lib/firmware``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.support.gpu_runs import need_runtime, run_gpu
+
+pytestmark = pytest.mark.containers
+
+VERSION = "580.65.06"
+LIB = "/usr/lib/x86_64-linux-gnu"
+EGL = "/usr/share/egl/egl_external_platform.d"
+FILES = (f"{LIB}/libnvidia-nvvm70.so.4", f"{LIB}/libnvidia-egl-wayland2.so.1", f"{LIB}/libnvidia-egl-xcb.so.1",
+         f"{LIB}/libnvidia-egl-xlib.so.1", f"{EGL}/09_nvidia_wayland2.json", f"{EGL}/20_nvidia_xcb.json",
+         f"{EGL}/20_nvidia_xlib.json", "/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex-ctl")
+
+
+def _node(base) -> dict:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (builds a simulated GPU node with mknod)")
+    from nvct.simulate.node import build_node
+
+    return build_node(os.path.join(str(base), "node"), driver_version=VERSION, mig=False, gpus=2)
+
+
+@pytest.fixture(scope="module")
+def node580(tmp_path_factory):
+    return _node(tmp_path_factory.mktemp("drv580"))
+
+
+def _see(paths) -> str:
+    return " ".join(f'[ -e {p} ] && echo "have {p}" || echo "missing {p}";' for p in paths)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi"])
+def test_current_driver_files_reach_the_container(tmp_path, rootfs, node580, runtime, mode):
+    need_runtime(runtime)
+    result = run_gpu(tmp_path, node580, rootfs, mode=mode, runtime=runtime, command=_see(FILES),
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    assert result.ok, result.describe()
+    assert "missing" not in result.stdout, result.stdout
+
+
+def _move_firmware(root: str, to: str) -> list[str]:
+    """The node's GSP firmware moved from /lib/firmware/nvidia/<version> to ``to``/nvidia/<version>."""
+    src = os.path.join(root, "lib/firmware/nvidia", VERSION)
+    dst = os.path.join(root, to.lstrip("/"), "nvidia", VERSION)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    shutil.move(src, dst)
+    return [f"{to}/nvidia/{VERSION}/{name}" for name in sorted(os.listdir(dst))]
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("where", ["updates", "firmware_class.path"])
+def test_gsp_firmware_where_the_kernel_loader_looks(tmp_path, rootfs, runtime, where):
+    need_runtime(runtime)
+    node = _node(tmp_path / "sim")
+    root = node["roots"]["driver_root"]
+    if where == "updates":
+        firmware = _move_firmware(root, f"/lib/firmware/updates/{os.uname().release}")
+    else:
+        firmware = _move_firmware(root, "/opt/site-firmware")
+        param = os.path.join(os.path.dirname(node["roots"]["proc_root"]), "sys/module/firmware_class/parameters")
+        os.makedirs(param, exist_ok=True)
+        with open(os.path.join(param, "path"), "w") as f:
+            f.write("/opt/site-firmware\n")
+    assert firmware
+    result = run_gpu(tmp_path, node, rootfs, mode="jit-cdi", runtime=runtime, command=_see(firmware),
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"])
+    assert result.ok, result.describe()
+    assert "missing" not in result.stdout and result.stdout.count("have ") == len(firmware), result.stdout
