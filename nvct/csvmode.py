@@ -229,7 +229,11 @@ def _devices(driver: Driver, pattern: str) -> list[DeviceNode]:
 
 
 def is_tegra(driver: Driver) -> bool:
-    """A Tegra board (the reference's test): ``/etc/nv_tegra_release``, or soc0's family says tegra."""
+    """A Jetson whose GPU is the integrated one: a Tegra board (``/etc/nv_tegra_release``, or soc0's
+    family says tegra) with no NVIDIA kernel module of the desktop kind (a board with a discrete GPU
+    and its module is an ordinary node, as the reference decides with NVML)."""
+    if os.path.exists(os.path.join(driver.proc_root, "driver/nvidia/version")):
+        return False
     if os.path.isfile(driver.host_path("/etc/nv_tegra_release")):
         return True
     try:

@@ -83,6 +83,13 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
         edits = wsl.container_edits(request, driver, hook_path=hook_path or hook_executable(config),
                                     ldconfig=ldconfig_setting(config))
         return generation.finish(edits) if generation is not None else edits
+    from nvct import csvmode
+
+    if csvmode.is_tegra(driver):  # a Jetson: what its CSV lists name, in every mode (nvct.csvmode)
+        edits = csvmode.container_edits(driver, csvmode.files_for(request, config),
+                                        hook_path=hook_path or hook_executable(config),
+                                        ldconfig=ldconfig_setting(config))
+        return generation.finish(edits) if generation is not None else edits
     selection = selection_for(request, driver, config)
     edits = ContainerEdits()
     for gpu in selection.gpus:

@@ -118,16 +118,13 @@ def _csv(spec: dict[str, Any], request: Request, config, why: str, driver, bundl
     from nvct import csvmode
     from nvct.driver import Driver
     from nvct.injection import hook_executable, ldconfig_setting
-    from nvct.log import logger
 
     driver = driver or Driver.from_config(config)
     edits = csvmode.container_edits(driver, csvmode.files_for(request, config), hook_path=hook_executable(config),
                                     ldconfig=ldconfig_setting(config))
     if bundle:
         edits.hooks = [_with_container_root(h, ocispec.rootfs(spec, bundle)) for h in edits.hooks]
-    if request.requirements and not request.disable_require:
-        logger.warning("csv mode: NVIDIA_REQUIRE_* not checked (a Tegra board has no NVIDIA module version "
-                       "nor NVML to check them against)")
+    check_requirements(request, driver, config)
     plan = _into_spec(spec, edits, bundle, config, runtime, prepare)
     return Modification("csv", why, edits, request.devices or (), plan)
 
@@ -303,6 +300,14 @@ def check_requirements(request: Request, driver, config, *, gpus=None) -> None:
 
         logger.warning("WSL2: NVIDIA_REQUIRE_* not checked (the driver is Windows': no module version, and "
                        "its NVML runs only under WSL2)")
+        return
+    from nvct import csvmode
+
+    if csvmode.is_tegra(driver):
+        from nvct.log import logger
+
+        logger.warning("Tegra: NVIDIA_REQUIRE_* not checked (a Jetson board has no NVIDIA module version nor "
+                       "NVML to check them against)")
         return
     from nvct import requirements
 

@@ -45,11 +45,11 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     mounttargets.check_proc(spec, rootfs)  # no volume under the /proc we mask
     if not config.get("nvidia-container-cli.no-cgroups"):
         cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
-    from nvct import wsl
+    from nvct import csvmode, wsl
 
-    # WSL2 has no /proc/driver/nvidia, and a GPU index names nothing there (every GPU is behind /dev/dxg).
-    procfs = ([], []) if wsl.is_wsl(driver) else procfs_view(request, driver, injection.selection_for(
-        request, driver, config))
+    # WSL2 and Jetson have no /proc/driver/nvidia, and a GPU index names nothing there.
+    procfs = ([], []) if wsl.is_wsl(driver) or csvmode.is_tegra(driver) else procfs_view(
+        request, driver, injection.selection_for(request, driver, config))
     compat = config.get("nvidia-container-runtime.modes.legacy.cuda-compat-mode") != "disabled"
     namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, procfs, spec, bundle, devbind, compat)
     return edits

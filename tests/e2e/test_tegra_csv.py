@@ -83,6 +83,17 @@ def test_csv_container_sees_every_listed_file_and_node_and_nothing_more(tmp_path
     _assert_sees(result, tegra_node)
 
 
+@pytest.mark.parametrize("mode", ["jit-cdi", "legacy", "auto"])
+def test_every_mode_on_a_jetson_gives_the_csv_lists(tmp_path, tegra_node, arm64_rootfs, mode):
+    """On a Tegra board the other modes (legacy: the hook, as docker --gpus runs it) give the same container,
+    and a CUDA image's NVIDIA_REQUIRE_CUDA is said unchecked in the log, not a failed start."""
+    result = run_gpu(tmp_path, tegra_node, arm64_rootfs, mode=mode, timeout=120, command=_script(tegra_node),
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.2"])
+    _assert_sees(result, tegra_node)
+    with open(os.path.join(str(tmp_path), "nvct.log")) as f:
+        assert "Tegra: NVIDIA_REQUIRE_* not checked" in f.read()
+
+
 def test_csv_mounts_all_reads_every_list(tmp_path, tegra_node, arm64_rootfs):
     """``NVIDIA_REQUIRE_JETPACK=csv-mounts=all``: the lists beyond devices, drivers and l4t too."""
     result = run_gpu(tmp_path, tegra_node, arm64_rootfs, mode="csv", timeout=120, command=_script(tegra_node),
