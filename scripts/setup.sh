@@ -16,7 +16,7 @@ APT_PACKAGES=(
   build-essential dpkg-dev debhelper dh-python python3-all pybuild-plugin-pyproject lintian
   rpm python3-build python3-installer python3-wheel
   iproute2 util-linux
-  systemd  # systemd-analyze verify: the nvidia-cdi-refresh units
+  systemd  # the nvidia-cdi-refresh units: systemd-analyze verify, and systemd as PID 1 in a runc container
   mmdebstrap  # tests/support/noderoot.py: a root with today's engines (containerd 2.x, docker 28)
   # aarch64 nodes (nvct simulate node --arch aarch64, tests/e2e/test_aarch64.py): clang and the arm64
   # cross sysroot compile the node's ELF files (Debian's gcc cross compilers conflict with gcc-multilib);

@@ -1,7 +1,7 @@
 """The nvidia-cdi-refresh units the packages ship: systemd accepts them, and what they run works.
 
-systemd is not PID 1 here, so the units are checked with ``systemd-analyze verify``
-and their commands are run as the service would run them: the ExecCondition's
+Here the units are checked with ``systemd-analyze verify`` and their commands are run
+as the service would run them (tests/e2e/test_refresh_units.py runs them under a real systemd): the ExecCondition's
 grep on module lists with and without an NVIDIA module, and ExecStart
 (``nvidia-ctk cdi generate`` with the unit's environment, the output path
 overridden as the unit's EnvironmentFile allows) on the simulated node.
