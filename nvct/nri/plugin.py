@@ -58,7 +58,7 @@ class Policy:
         value = effective_annotation(pod.annotations, container)
         if value is None:
             return [], "no CDI devices annotated"
-        if MANAGEMENT_KIND in value and pod.namespace not in self.namespaces:
+        if MANAGEMENT_KIND in value.lower() and pod.namespace not in self.namespaces:
             return [], (f"requests management CDI devices ({value}) outside the allowed namespaces "
                         f"({', '.join(self.namespaces) or 'none'}): none injected")
         names = [name.strip() for name in value.split(",") if name.strip()]

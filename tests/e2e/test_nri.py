@@ -169,6 +169,11 @@ def test_management_devices_outside_the_allowed_namespaces_give_nothing(nri, nam
     # the whole annotation is refused, not just its management part
     result = run_pod(nri, namespace, {ANNOTATION: "nvidia.com/gpu=0,management.nvidia.com/gpu=all"})
     assert result.rc == 0 and nodes(result) == set(), result.describe()
+    # nor does another spelling of the kind get through
+    for value in ("Management.NVIDIA.com/gpu=all", " management.nvidia.com/gpu=all",
+                  "nvidia.com/gpu=0,,management.nvidia.com/gpu=all"):
+        result = run_pod(nri, namespace, {"nvidia.cdi.k8s.io/pod": value})
+        assert result.rc == 0 and nodes(result) == set(), result.describe()
 
 
 @pytest.mark.parametrize("namespace", [OPERATOR_NS, MONITORING_NS])

@@ -39,6 +39,8 @@ def test_management_devices_only_in_the_allowed_namespaces(namespace, allowed):
     devices, why = POLICY.devices(m.Pod(namespace=namespace, annotations={"nvidia.cdi.k8s.io/pod": value}), "c")
     assert devices == (value.split(",") if allowed else [])
     assert allowed or "outside the allowed namespaces (gpu-operator, dcgm)" in why
+    upper = m.Pod(namespace=namespace, annotations={"nvidia.cdi.k8s.io": "MANAGEMENT.nvidia.com/GPU=all"})
+    assert bool(POLICY.devices(upper, "c")[0]) == allowed  # the kind in any case
 
 
 def test_create_container_replies_with_the_cdi_devices_only():
