@@ -66,6 +66,25 @@ def test_the_condition_matches_exactly_kernels_with_an_nvidia_module(tmp_path):
         assert subprocess.run([*argv[:3], str(modules_dep)], check=False).returncode == (0 if found else 1), text
 
 
+def test_the_units_refresh_every_time_and_before_the_engines():
+    """What issue 25 found wrong (after multi-user.target; RemainAfterExit keeping the path unit
+    from starting it again) stays fixed; run under a real systemd in tests/e2e/test_refresh_units.py."""
+    service = _directives(SERVICE)
+    assert "RemainAfterExit" not in service and "After" not in service
+    assert service["Restart"] == ["on-failure"] and service["StartLimitBurst"] == ["5"]
+    assert service["ExecStart"][0] == ("-/usr/bin/nvidia-ctk system create-device-nodes --control-devices "
+                                       "--load-kernel-modules")
+    engines = _directives(UNITS / "nvidia-cdi-refresh.service.d" / "10-container-engines.conf")
+    (before,) = engines["Before"]
+    assert {"docker.service", "containerd.service", "crio.service"} <= set(before.split())
+    watched = _directives(UNITS / "nvidia-cdi-refresh.path")["PathChanged"]
+    assert "/lib/modules/%v/modules.dep" in watched and "/dev/nvidia-caps" in watched
+    rule = (REPO / "packaging" / "udev" / "99-nvidia-cdi-refresh.rules").read_text()
+    (line,) = [l for l in rule.splitlines() if l and not l.startswith("#")]
+    assert {'ACTION=="add"', 'SUBSYSTEM=="module"', 'KERNEL=="nvidia|nvidia_current"',
+            'ENV{SYSTEMD_WANTS}+="nvidia-cdi-refresh.service"'} <= set(line.split(", "))
+
+
 def test_the_service_writes_the_nodes_spec(sim_node, tmp_path):
     directives = _directives(SERVICE)
     start = _generate_line(directives)
