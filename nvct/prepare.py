@@ -179,7 +179,7 @@ def _checked(spec: dict[str, Any], edits: ContainerEdits, root: Rootfs,
              steps: list[tuple[str, Any]]) -> tuple[dict[str, str], tuple[bytes, bytes] | None] | None:
     """The host file of every ``--library`` and the patched cache, when nothing stands in the way."""
     from nvct import ldconfig
-    from nvct.hooks.steps import compat_choice
+    from nvct.hooks.steps import compat_choice, musl_arch
 
     links: dict[str, str] = {}
     written: list[str] = []
@@ -209,6 +209,8 @@ def _checked(spec: dict[str, Any], edits: ContainerEdits, root: Rootfs,
     for name, args in steps:
         if name == "enable-cuda-compat" and compat_choice(root, args)[0]:
             return None  # its libraries are found by ldconfig's scan alone
+    if libraries and musl_arch(root):
+        return None  # musl's loader reads its path file, which the hook's update-ldcache writes
     # The engine's mounts, resolved as the runtime will; nvct's own are files and driver dirs.
     covers = [_inside(root, m["destination"]) for m in spec.get("mounts") or []
               if isinstance(m, dict) and isinstance(m.get("destination"), str)

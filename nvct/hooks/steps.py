@@ -208,6 +208,40 @@ def update_ldcache(args: _Args, ctx: HookContext) -> None:
     libraries = [] if ctx.extra_folders else args.all("library")
     path = args.one("ldconfig-path")
     ldconfig.update_ldcache(ctx.root, folders, libraries=libraries, **({"ldconfig": path} if path else {}))
+    musl_path(ctx.root, folders)
+
+
+#: ``uname -m`` -> musl's name for the architecture (``ld-musl-<arch>.so.1``).
+_MUSL_ARCH = {"ppc64le": "powerpc64le", "arm64": "aarch64"}
+#: musl's built-in search path, which a path file replaces.
+_MUSL_DEFAULT = ("/lib", "/usr/local/lib", "/usr/lib")
+
+
+def musl_arch(root) -> str | None:
+    """musl's name for this machine when the image is musl (its ``/lib/ld-musl-<arch>.so.1``), else None."""
+    machine = os.uname().machine
+    arch = _MUSL_ARCH.get(machine, machine)
+    return arch if root.exists(f"/lib/ld-musl-{arch}.so.1") else None
+
+
+def musl_path(root, folders: list[str]) -> None:
+    """On a musl image (Alpine), put ``folders`` first in ``/etc/ld-musl-<arch>.path``.
+
+    musl's loader reads no ld cache: it searches that file's folders (separated
+    by newlines or colons), else its default path, which the file then has to
+    keep. The image is musl when its root has ``/lib/ld-musl-<arch>.so.1``
+    (looked up through the Rootfs, as every read here).
+    """
+    arch = musl_arch(root)
+    if not folders or arch is None:
+        return
+    path = f"/etc/ld-musl-{arch}.path"
+    current: tuple[str, ...] = _MUSL_DEFAULT
+    if root.exists(path):
+        text = root.read_file(path, limit=1 << 16).decode("utf-8", "replace")
+        current = tuple(p for p in text.replace(":", "\n").split() if p.startswith("/"))
+    entries = [*folders, *(p for p in current if p not in folders)]
+    root.write_file(path, ("\n".join(entries) + "\n").encode(), 0o644, replace=True)
 
 
 def create_soname_symlinks(args: _Args, ctx: HookContext) -> None:

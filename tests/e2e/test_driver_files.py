@@ -80,3 +80,48 @@ def test_gsp_firmware_where_the_kernel_loader_looks(tmp_path, rootfs, runtime, w
                      env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"])
     assert result.ok, result.describe()
     assert "missing" not in result.stdout and result.stdout.count("have ") == len(firmware), result.stdout
+
+
+MUSL_PATH = f"/etc/ld-musl-{os.uname().machine}.path"
+
+
+def _musl(rootfs: str) -> None:
+    """The image made musl (Alpine's loader at /lib/ld-musl-<arch>.so.1)."""
+    with open(os.path.join(rootfs, "lib", f"ld-musl-{os.uname().machine}.so.1"), "wb") as f:
+        f.write(b"\x7fELF simulated musl loader")
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi"])
+def test_musl_image_finds_the_driver_libraries_by_its_path_file(tmp_path, rootfs, sim_node, runtime, mode):
+    need_runtime(runtime)
+    _musl(rootfs)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, command=f"cat {MUSL_PATH}",
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility,compute"])
+    assert result.ok, result.describe()
+    entries = result.stdout.split()
+    assert entries[0] == "/usr/lib/x86_64-linux-gnu" and entries[1:] == ["/lib", "/usr/local/lib", "/usr/lib"], \
+        result.stdout
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_musl_path_file_keeps_the_images_folders_and_never_follows_a_link(tmp_path, rootfs, sim_node, runtime):
+    need_runtime(runtime)
+    _musl(rootfs)
+    target = tmp_path / "host-file"
+    target.write_text("host\n")
+    os.symlink(str(target), os.path.join(rootfs, MUSL_PATH.lstrip("/")))
+    result = run_gpu(tmp_path, sim_node, rootfs, mode="jit-cdi", runtime=runtime, command=f"cat {MUSL_PATH}",
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute"])
+    assert result.ok, result.describe()
+    assert target.read_text() == "host\n"
+    assert not os.path.islink(os.path.join(rootfs, MUSL_PATH.lstrip("/")))
+    # an image's own path file: its folders stay, after the driver's
+    (tmp_path / "again").mkdir()
+    with open(os.path.join(rootfs, MUSL_PATH.lstrip("/")), "w") as f:
+        f.write("/opt/app/lib:/lib\n/usr/lib\n")
+    result = run_gpu(tmp_path / "again", sim_node, rootfs, mode="jit-cdi", runtime=runtime,
+                     command=f"cat {MUSL_PATH}",
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute"])
+    assert result.ok, result.describe()
+    assert result.stdout.split() == ["/usr/lib/x86_64-linux-gnu", "/opt/app/lib", "/lib", "/usr/lib"], result.stdout
