@@ -125,3 +125,36 @@ def test_musl_path_file_keeps_the_images_folders_and_never_follows_a_link(tmp_pa
                      env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute"])
     assert result.ok, result.describe()
     assert result.stdout.split() == ["/usr/lib/x86_64-linux-gnu", "/opt/app/lib", "/lib", "/usr/lib"], result.stdout
+
+
+DEBIAN_DIR = f"{LIB}/nvidia/current"
+
+
+def _debian_layout(root: str) -> None:
+    """Debian's packaging: the driver libraries in <multiarch>/nvidia/current, named by an ld.so.conf.d
+    entry, and the node's ld cache rebuilt by the real ldconfig."""
+    from nvct.simulate import ldcache
+
+    src, dst = os.path.join(root, LIB.lstrip("/")), os.path.join(root, DEBIAN_DIR.lstrip("/"))
+    os.makedirs(dst)
+    for name in os.listdir(src):
+        if name.startswith(("libcuda.", "libnvidia-ml.", "libnvidia-ptxjitcompiler.")):
+            shutil.move(os.path.join(src, name), os.path.join(dst, name))
+    with open(os.path.join(root, "etc/ld.so.conf.d/nvidia.conf"), "w") as f:
+        f.write(DEBIAN_DIR + "\n")
+    ldcache.generate(root)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi"])
+def test_driver_libraries_under_debians_nvidia_current(tmp_path, rootfs, runtime, mode):
+    """Found through the node's ld cache (ld.so.conf.d), mounted where they are, found by SONAME inside."""
+    need_runtime(runtime)
+    node = _node(tmp_path / "sim")
+    _debian_layout(node["roots"]["driver_root"])
+    script = (f"ls {DEBIAN_DIR}/libcuda.so.1 {DEBIAN_DIR}/libnvidia-ml.so.1 && "
+              "grep -c nvidia/current /etc/ld.so.conf.d/*nvct*.conf && "
+              "grep -c nvidia/current/libcuda.so.1 /etc/ld.so.cache")
+    result = run_gpu(tmp_path, node, rootfs, mode=mode, runtime=runtime, command=script,
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility,compute"])
+    assert result.ok, result.describe()
