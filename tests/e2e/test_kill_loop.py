@@ -116,7 +116,7 @@ def test_shim_killed_anywhere_leaves_nothing(tmp_path, sim_node, rootfs, mode):
         return {proc.pid}
 
     failures, why, left = _loop(tmp_path, rootfs, config, kill)
-    assert failures == 0 and not left, (failures, why, left)
+    assert failures == 0 and not left, (failures, why, len(left), left[:5])
 
 
 def test_legacy_hook_killed_anywhere_leaves_nothing(tmp_path, sim_node, rootfs):
@@ -137,4 +137,4 @@ def test_legacy_hook_killed_anywhere_leaves_nothing(tmp_path, sim_node, rootfs):
             return {int(line) for line in f if line.strip()}
 
     failures, why, left = _loop(tmp_path, rootfs, config, kill)
-    assert failures == 0 and not left, (failures, why, left)
+    assert failures == 0 and not left, (failures, why, len(left), left[:5])

@@ -13,6 +13,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -186,3 +187,45 @@ def test_library_gone_mid_start_is_one_line_naming_it(tmp_path, sim_node, rootfs
                                         "created: the driver changed during the start (an upgrade?); start the "
                                         "container again"]
     assert _changed(before, _root_state(rootfs)) == []
+
+
+def test_config_rewritten_in_a_loop_fails_no_accepted_legacy_container(tmp_path, sim_node, rootfs):
+    """config.toml rewritten in place (truncated, then written in two parts) every 10 ms while legacy
+    GPU containers start: a start the runtime accepted never fails in its hook."""
+    need_runtime("runc")
+    front, config = gpu_front(tmp_path / "front", sim_node["config"], RUNTIMES["runc"][0])
+    with open(config, "rb") as f:
+        whole = f.read()
+    variants = [whole, whole.replace(b"[nvidia-container-runtime]", b"# rewritten\n[nvidia-container-runtime]", 1)]
+    stop = threading.Event()
+
+    def rewrite():
+        i = 0
+        while not stop.wait(0.01):
+            data = variants[i % 2]
+            with open(config, "wb") as f:  # in place, as `cat > config.toml` or a naive editor does
+                f.write(data[:len(data) // 2])
+                f.flush()
+                f.write(data[len(data) // 2:])
+            i += 1
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    outcomes = []
+    try:
+        for i in range(12):
+            bundle = make_bundle(tmp_path / f"bundle{i}", rootfs, ["sh", "-c", "dlopen-probe libcuda.so.1"],
+                                 env=[PATH_ENV, "NVIDIA_VISIBLE_DEVICES=0"])
+            outcomes.append(run_front(front, config, bundle))
+    finally:
+        stop.set()
+        writer.join()
+    for result in outcomes:
+        assert "nvidia-container-runtime-hook" not in result.stderr, result.describe()
+        if result.ok:
+            assert result.stdout.startswith("ok libcuda.so.1 /"), result.describe()
+        else:  # refused before the runtime: one line naming the config
+            assert [line for line in result.stderr.splitlines() if "level=" not in line] == \
+                [f"nvidia-container-runtime: {config}: being written by another process (open for writing, or "
+                 "changed while read); not used"], result.describe()
+    assert sum(r.ok for r in outcomes) >= 6, [r.stderr for r in outcomes]
