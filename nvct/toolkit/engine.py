@@ -62,7 +62,9 @@ class EngineSetup:
         if self.opts.low_level_runtimes:
             return list(self.opts.low_level_runtimes)
         found: list[str] = []
-        if not self.opts.no_runtime_config and not self._hook_mode:
+        if self.opts.enable_nri_plugin:  # no engine config to read: the last install's, as the reference
+            found = _installed_runtimes(self.layout.config())
+        elif not self.opts.no_runtime_config and not self._hook_mode:
             found = runtimes.low_level_runtime_paths(self.opts.runtime, self.opts.config, **self._source())
         return list(dict.fromkeys(found + list(DEFAULT_LOW_LEVEL)))
 
@@ -264,6 +266,20 @@ class EngineSetup:
             self.log(f"{change.anchor}: already as wanted")
         for path in change.written:
             self.log(f"{'removed' if not os.path.exists(path) else 'wrote'} {path}")
+
+
+def _installed_runtimes(config: str) -> list[str]:
+    """``nvidia-container-runtime.runtimes`` of an installed config.toml; none if it is absent or unreadable."""
+    from nvct.config import parse_toml
+
+    try:
+        with open(config, "rb") as f:
+            data = parse_toml(f.read(), config)
+    except (OSError, NvctError):  # ConfigError is one
+        return []
+    found = data.get("nvidia-container-runtime", {})
+    found = found.get("runtimes", []) if isinstance(found, dict) else []
+    return [r for r in found if isinstance(r, str) and r] if isinstance(found, list) else []
 
 
 def _instead(engine: str) -> str:

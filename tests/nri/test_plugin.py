@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -178,3 +179,21 @@ def test_the_cli_reads_the_operators_variables(monkeypatch):
             opts.nri_management_namespaces, opts.config_sources) == (
         True, "/run/nri/x.sock", 5, "gpu-operator", ["dcgm", "monitoring"], ["file=/runtime/config-dir/config.toml"]
     ), result.output
+
+
+def test_nri_mode_keeps_the_low_level_runtimes_of_the_last_install(tmp_path):
+    """No engine config is read in NRI mode: the runtimes come from the installed config.toml (the reference's rule)."""
+    from nvct.toolkit.engine import EngineSetup
+    from nvct.toolkit.layout import Layout
+
+    layout = Layout.for_install_dir(str(tmp_path))
+    opts = Options(install_dir=str(tmp_path), pid_file="/run/nvct/toolkit.pid", host_root="/", runtime="containerd",
+                   enable_nri_plugin=True, nri_namespace="gpu-operator").resolved()
+    assert EngineSetup(opts, layout, print).low_level_runtimes() == ["runc", "crun"]  # a first install
+    os.makedirs(layout.config_dir)
+    with open(layout.config(), "w") as f:
+        f.write('[nvidia-container-runtime]\nruntimes = ["/opt/old/bin/runc", "runc"]\n')
+    assert EngineSetup(opts, layout, print).low_level_runtimes() == ["/opt/old/bin/runc", "runc", "crun"]
+    with open(layout.config(), "w") as f:
+        f.write("[nvidia-container-runtime\n")  # unreadable: the defaults
+    assert EngineSetup(opts, layout, print).low_level_runtimes() == ["runc", "crun"]
