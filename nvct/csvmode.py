@@ -27,7 +27,7 @@ import os
 import stat
 
 from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
-from nvct.errors import ConfigError, NvctError
+from nvct.errors import ConfigError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -175,16 +175,15 @@ def container_edits(driver: Driver, files, *, hook_path: str, ldconfig: str | No
             mounted.add(real)
             edits.mounts.append(Mount(host, real, "bind", _RO, reason=f"csv {kind} {path}"))
             if kind != "dir" and ".so" in os.path.basename(real):
-                try:
-                    soname = elf.read(host).soname
-                except NvctError:
+                soname = elf.soname(host)
+                if soname is None:  # not a 64-bit library: ldconfig would not enter it
                     continue
                 folder = os.path.dirname(real)
                 if folder not in folders:
                     folders.append(folder)
-                if soname and soname != os.path.basename(real):
+                if soname != os.path.basename(real):
                     links.append(f"{os.path.basename(real)}::{folder}/{soname}")
-                libraries.append(f"{folder}/{soname or os.path.basename(real)}")
+                libraries.append(f"{folder}/{soname}")
     for path in SYSTEM_FILES:
         host = driver.host_path(path)
         # Under /sys the target is the kernel's: the container's sysfs must have it (a real board's does).

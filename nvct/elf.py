@@ -329,3 +329,58 @@ def _named_note(data: bytes, end: str, align: int, name: str) -> bytes | None:
             return data[desc_at:desc_at + descsz]
         pos = desc_at + -(-descsz // align) * align
     return None
+
+
+def soname(path: str) -> str | None:
+    """The SONAME of the 64-bit little-endian shared library at ``path``, or None; never raises.
+
+    For container starts (WSL2's driver store, Jetson's CSV lists), where
+    pyelftools' import would cost more than the start itself: ``struct`` on
+    the program headers (``PT_LOAD`` to map addresses, ``PT_DYNAMIC`` for
+    ``DT_SONAME`` and ``DT_STRTAB``), as ldconfig reads them.
+    """
+    import struct
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, 64, 0)
+        if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01" or struct.unpack_from("<H", head, 16)[0] != 3:
+            return None
+        phoff, = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        if phentsize < 56 or phnum > 256:
+            return None
+        table = os.pread(fd, phentsize * phnum, phoff)
+        loads, dynamic = [], None
+        for i in range(len(table) // phentsize):
+            ptype, _, offset, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+            if ptype == 1:
+                loads.append((vaddr, offset, filesz))
+            elif ptype == 2:
+                dynamic = (offset, min(filesz, 16 * _MAX_DYNAMIC_TAGS))
+        if dynamic is None:
+            return None
+        data = os.pread(fd, dynamic[1], dynamic[0])
+        strtab = name = None
+        for i in range(len(data) // 16):
+            tag, value = struct.unpack_from("<qQ", data, i * 16)
+            if tag == 0:
+                break
+            if tag == 5:
+                strtab = value
+            elif tag == 14:
+                name = value
+        if strtab is None or name is None:
+            return None
+        at = next((off + strtab - va for va, off, size in loads if va <= strtab < va + size), None)
+        if at is None:
+            return None
+        raw = os.pread(fd, 4096, at + name).split(b"\0", 1)[0]
+        return raw.decode("utf-8", "replace") or None
+    except (OSError, struct.error):
+        return None
+    finally:
+        os.close(fd)

@@ -22,7 +22,7 @@ import os
 import stat
 
 from nvct.edits import ContainerEdits, DeviceNode, Hook, Mount
-from nvct.errors import DriverError, NvctError, RequestError
+from nvct.errors import DriverError, RequestError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -123,9 +123,8 @@ def common_edits(driver: Driver, *, hook_path: str, ldconfig: str | None = None)
             continue
         if folder not in folders:
             folders.append(folder)
-        try:
-            soname = elf.read(driver.host_path(real)).soname or name
-        except NvctError:  # not an ELF file: ldconfig skips it too
+        soname = elf.soname(driver.host_path(real))
+        if soname is None:  # not a 64-bit library: ldconfig skips it too
             continue
         if soname != name:
             links.append(f"{name}::{folder}/{soname}")

@@ -71,3 +71,13 @@ def test_every_entry_becomes_an_edit(board):
     for link, target in board["links"].items():
         assert f"{target}::{link}" in steps
     assert "/usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1" in steps  # the SONAME, entered in the ld cache
+
+
+def test_the_fast_soname_reader_reads_arm64_libraries(board):
+    from nvct import elf
+
+    root = board["roots"]["driver_root"]
+    for path in board["files"]:
+        if ".so" in path:
+            host = os.path.join(root, path.lstrip("/"))
+            assert elf.soname(host) == elf.read(host).soname is not None, path

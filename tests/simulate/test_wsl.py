@@ -58,3 +58,18 @@ def test_one_device_all():
     wsl.check_ids(["all"], "--device-id")
     with pytest.raises(RequestError, match="one device, all"):
         wsl.check_ids(["0"], "--device-id")
+
+
+def test_the_fast_soname_reader_agrees_with_pyelftools(wsl_files):
+    from nvct import elf
+
+    root = wsl_files["roots"]["driver_root"]
+    for path in wsl_files["injected"]:
+        host = os.path.join(root, path.lstrip("/"))
+        try:
+            expected = elf.read(host).soname
+        except Exception:
+            expected = None
+        if path.endswith("nvidia-smi"):
+            expected = None  # an executable, not a shared library
+        assert elf.soname(host) == expected, path
