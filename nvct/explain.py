@@ -144,8 +144,8 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None,
                                     runtime=_runtime(config), prepare="plan")
         result.after = after
         result.edits = modification.edits
+        result.why = modification.why  # jit-cdi's names sandbox edits
         if result.mode == "legacy":
-            result.why = modification.why
             if modification.edits.hooks:
                 from nvct import injection
 
@@ -326,9 +326,11 @@ def _edits_of(spec: dict, config, driver) -> ContainerEdits | None:
 
             return cdi_modes.edits_for(request, config)
         from nvct import injection
+        from nvct.cdi import sandbox
         from nvct.cdi.features import for_jit
 
-        return injection.container_edits(request, driver, config, generation=for_jit(config))
+        return injection.container_edits(request, driver, config, generation=for_jit(config),
+                                         sandbox=sandbox.wanted(spec, config)[0])
     except NvctError:
         return None
 

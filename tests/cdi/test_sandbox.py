@@ -109,3 +109,17 @@ def test_bad_selection_is_one_line(config, annotations, message):
 
 def test_the_config_key_is_known():
     assert configkeys.unknown({"nvct": {"sandbox": "always"}}) == []
+
+
+def test_explain_names_the_choice_and_shows_no_hook(node):
+    from nvct import explain
+
+    from .conftest import node_config
+
+    config = node_config(node, {"nvidia-container-runtime": {"mode": "jit-cdi"}})
+    spec = explain.spec_from_options(["NVIDIA_VISIBLE_DEVICES=0"], annotations=[f"{sandbox.ANNOTATION}=true"])
+    result = explain.explain(spec, config, driver=node_driver(node))
+    assert result.error is None or not result.error, result.error
+    assert result.why.endswith(f"; sandbox edits, no hooks (annotation {sandbox.ANNOTATION}=true)")
+    assert not result.edits.hooks
+    assert "/usr/lib64/libcuda.so.1" in {m.container_path for m in result.edits.mounts}

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.containers
 #: The host uid and gid of the container's root.
 HOST_ID = 300000
 ID_RANGE = 65536
-CHECK = ("dlopen-probe libcuda.so.1 libnvidia-ml.so.1 libcuda.so libnvidia-ml.so && nvidia-smi -L && "
+CHECK = ("cat /proc/self/uid_map && dlopen-probe libcuda.so.1 libnvidia-ml.so.1 libcuda.so libnvidia-ml.so && nvidia-smi -L && "
          "{ grep ModifyDeviceFiles /proc/driver/nvidia/params 2>/dev/null || true; }")
 
 
@@ -140,6 +140,7 @@ def _run(work, node, rootfs, *, mode, runtime="runc", env=(), annotations=None, 
 def _assert_gpu_works(result, node, index: int, runtime: str) -> None:
     assert result.ok, result.describe()
     lines = result.stdout.splitlines()
+    assert lines and lines[0].split()[:2] != ["0", "0"], f"not in a user namespace: {result.describe()}"
     for name in ("libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so", "libnvidia-ml.so"):
         assert any(line.startswith(f"ok {name} ") for line in lines), result.describe()
     gpus = [line for line in lines if line.startswith("GPU ")]
@@ -248,3 +249,37 @@ def test_podman_userns_auto_with_the_generated_sandbox_spec(userns_podman, node,
     with cdi_spec(text, directory=CDI_DIRS[1], suffix=".yaml"):
         result = _podman(userns_podman, node, "--device", f"{vendor}/gpu=1")
     _assert_gpu_works(result, node, 1, "crun")
+
+
+def test_podman_userns_auto_jit_cdi_by_annotation(busybox_image_tar, node, work):
+    """podman --runtime nvct's shim, jit-cdi: the annotation gives sandbox edits in podman's user namespace."""
+    from tests.support.podman import Podman
+
+    config = node_config(work, node, mode="jit-cdi", runtime=RUNTIMES["crun"][0])
+    runtime = os.path.join(work, "nvct-runtime")  # conmon passes the runtime no env of podman's
+    with open(runtime, "w") as f:
+        f.write(f'#!/bin/sh\nNVIDIA_CTK_CONFIG_FILE_PATH="{config}" exec "{SHIM}" "$@"\n')
+    os.chmod(runtime, 0o755)
+    with _subids(), Podman(runtimes={"nvct": runtime}) as podman:
+        podman.load(busybox_image_tar)
+        result = _podman(podman, node, "--runtime", "nvct", "--annotation", "nvct/sandbox=true",
+                         "-e", "NVIDIA_VISIBLE_DEVICES=2")
+        _assert_gpu_works(result, node, 2, "crun")
+
+
+@pytest.mark.parametrize("link", ["absolute", "relative"])
+def test_hostile_loader_dir_link_stays_in_the_root(work, node, mapped_rootfs, link):
+    """An image whose /usr/lib64 leads to a host directory: the sandbox mounts land in the root, or the
+    start is refused; the host directory never gets a file."""
+    canary = os.path.join(work, "host-dir")
+    os.makedirs(canary)
+    target = canary if link == "absolute" else "../.." + canary
+    lib64 = os.path.join(mapped_rootfs, "usr/lib64")
+    shutil.rmtree(lib64, ignore_errors=True)
+    os.symlink(target, lib64)
+    os.lchown(lib64, HOST_ID, HOST_ID)
+    result, _ = _run(work, node, mapped_rootfs, mode="jit-cdi", env=["NVIDIA_VISIBLE_DEVICES=1"],
+                     annotations={"nvct/sandbox": "true"})
+    assert os.listdir(canary) == [], result.describe()
+    if result.ok:
+        _assert_gpu_works(result, node, 1, "runc")
