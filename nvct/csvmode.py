@@ -22,7 +22,6 @@ SONAME links and ld cache entries follow, as for every other mode.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import stat
 
@@ -207,6 +206,8 @@ def container_edits(driver: Driver, files, *, hook_path: str, ldconfig: str | No
 
 def _devices(driver: Driver, pattern: str) -> list[DeviceNode]:
     """The character devices a ``dev`` entry names (a glob may name several), from the dev root."""
+    import fnmatch
+
     path = pattern if pattern.startswith("/") else "/dev/" + pattern
     directory, name = os.path.split(path)
     host_dir = driver.dev_host_path(directory)
