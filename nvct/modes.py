@@ -3,6 +3,7 @@
 * ``legacy``: insert the prestart hook, which does the work inside the container;
 * ``jit-cdi``: compute the edits now and write them into the spec;
 * ``cdi``: resolve the requested CDI device names from the spec dirs;
+* ``csv``: a Jetson's CSV lists (:mod:`nvct.csvmode`), written into the spec as jit-cdi's edits;
 * ``auto``: ``cdi`` when every requested device is a CDI name, else ``jit-cdi``.
 
 ``nvct explain`` calls the same functions, so what it prints is what the shim does.
