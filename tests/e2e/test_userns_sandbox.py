@@ -157,6 +157,20 @@ def test_jit_cdi_sandbox_by_annotation(work, node, mapped_rootfs, runtime):
     assert not spec.get("hooks"), spec.get("hooks")
 
 
+@pytest.mark.parametrize("layout", ["no-ld-cache", "merged-usr"])
+def test_sandbox_without_an_ld_cache_and_in_a_merged_usr_image(work, node, layout):
+    """No /etc/ld.so.cache at all: the loader's own folders; merged /usr: /lib64 and /lib are links."""
+    root = make_rootfs(work, merged_usr=layout == "merged-usr")
+    if layout == "no-ld-cache":
+        os.unlink(os.path.join(root, "etc/ld.so.cache"))
+    else:
+        assert os.path.islink(os.path.join(root, "lib64"))
+    _shift(root, HOST_ID)
+    result, _ = _run(work, node, root, mode="jit-cdi", env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     annotations={"nvct/sandbox": "true"})
+    _assert_gpu_works(result, node, 0, "runc")
+
+
 def test_jit_cdi_sandbox_by_config(work, node, mapped_rootfs):
     result, spec = _run(work, node, mapped_rootfs, mode="jit-cdi", env=["NVIDIA_VISIBLE_DEVICES=2"],
                         config_edit=lambda t: t.replace("[nvct]\n", '[nvct]\nsandbox = "always"\n', 1))
@@ -199,6 +213,16 @@ def test_cdi_mode_with_the_generated_sandbox_spec(work, node, mapped_rootfs, run
                         extra=f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{specs}"]\n')
     _assert_gpu_works(result, node, 3, runtime)
     assert not spec.get("hooks"), spec.get("hooks")
+
+
+def test_a_spec_with_every_hook_disabled_has_no_soname(work, node, mapped_rootfs):
+    """What upstream's draft sandbox mode gives (#1720: the hooks dropped only): no libcuda.so.1."""
+    specs = os.path.join(work, "specs")
+    _generate(node["config"], os.path.join(specs, "nvidia.yaml"), "--disable-hooks", "all")
+    result, _ = _run(work, node, mapped_rootfs, mode="cdi", env=["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=3"],
+                     extra=f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{specs}"]\n')
+    assert not result.ok and "libcuda.so.1" in result.stdout + result.stderr, result.describe()
+    assert "ok libcuda.so.1" not in result.stdout, result.describe()
 
 
 @contextlib.contextmanager
