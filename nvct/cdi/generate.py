@@ -12,7 +12,9 @@ injects the GPUs a second time.
 
 Host paths lie under the driver and device roots, container paths are as on
 a host (:mod:`nvct.injection` computes both). The ``management`` mode gives
-one ``all`` device with every NVIDIA device node, for monitoring containers.
+one ``all`` device with every NVIDIA device node, for monitoring containers,
+and a device per GPU and MIG device under the strategies' names, each with
+the control nodes and that device's nodes (device plugins ask for one by UUID).
 ``sandbox`` gives the GPUs with no hook at all (:mod:`nvct.cdi.sandbox`).
 The modes ``gds``, ``mofed``, ``gdrcopy`` and ``nvswitch`` give one ``all``
 device with that subsystem's device nodes (and, for GDS, ``/etc/cufile.json``
@@ -134,8 +136,10 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         _requirements_step(common, driver)
     common = _writable_mounts_by_hook(generation.finish(common, gids=gids))
     if mode == "management":
+        control, common.device_nodes = common.device_nodes, []
         entries = [(ALL_DEVICE, _management_edits(driver))]
-        common.device_nodes = []
+        if NONE_DEVICE not in device_ids:
+            entries += _management_entries(driver, device_ids, _unique_strategies(strategies), control)
         all_device = False
     elif NONE_DEVICE in device_ids:
         entries = [(NONE_DEVICE, ContainerEdits(env=[VOID_ENV]))]
@@ -250,6 +254,21 @@ def _imex_entries(driver: Driver, device_ids: Sequence[str]) -> list[tuple[str, 
         where = driver.dev_host_path("/dev/nvidia-caps-imex-channels")
         raise DriverError(f"--mode imex: no IMEX channels under {where}")
     return entries
+
+
+def _management_entries(driver: Driver, device_ids: Sequence[str], strategies: Sequence[str],
+                        control: list[DeviceNode]) -> list[tuple[str, ContainerEdits]]:
+    """Per-GPU and per-MIG devices beside ``all``, for device plugins that name one
+    (``management.nvidia.com/gpu=GPU-<uuid>``): each is what the GPU spec's device of that name
+    gives, plus the control nodes, which the management spec's common edits leave to ``all``.
+    Never the MIG config/monitor capabilities: those are ``all``'s alone."""
+    out = []
+    done: dict[int, ContainerEdits] = {}
+    for name, edits in _device_entries(driver, device_ids, strategies):
+        if id(edits) not in done:
+            done[id(edits)] = ContainerEdits(device_nodes=[*control, *edits.device_nodes])
+        out.append((name, done[id(edits)]))
+    return out
 
 
 def _management_edits(driver: Driver) -> ContainerEdits:

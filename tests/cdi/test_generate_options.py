@@ -66,7 +66,8 @@ def _mount_targets(raw: dict) -> set[str]:
 
 @pytest.mark.parametrize("debug", [False, True], ids=["fast", "click"])
 @pytest.mark.parametrize("var, value, check", [
-    (_G + "MODE", "management", lambda r, n: _names(r) == {"all"}),
+    (_G + "MODE", "management", lambda r, n: {"all", n["gpus"][0]["uuid"]} <= _names(r)
+     and "deviceNodes" not in r["containerEdits"]),
     (_G + "DEVICE_NAME_STRATEGIES", "type-index,uuid",
      lambda r, n: {"gpu1", n["gpus"][1]["uuid"]} <= _names(r) and "1" not in _names(r)),
     (_G + "DEVICE_IDS", "1", lambda r, n: _names(r) == {"1", n["gpus"][1]["uuid"], "all"}),
@@ -326,8 +327,9 @@ def test_k8s_mig_managers_management_spec_pipeline(entry_points, node, tmp_path)
                                                 "HOOK": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}))
     assert proc.returncode == 0, proc.stderr
     raw = spec_mod.read(str(out)).raw
-    assert raw["kind"] == "management.nvidia.com/gpu" and _names(raw) == {"all"}
-    paths = {n["path"] for n in raw["devices"][0]["containerEdits"]["deviceNodes"]}
+    assert raw["kind"] == "management.nvidia.com/gpu" and {"all", node["gpus"][0]["uuid"]} <= _names(raw)
+    (every,) = [d for d in raw["devices"] if d["name"] == "all"]
+    paths = {n["path"] for n in every["containerEdits"]["deviceNodes"]}
     assert {"/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1"} <= paths
     (hook,) = raw["containerEdits"]["hooks"]
     assert hook["path"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
@@ -343,7 +345,7 @@ def test_the_management_mode_variable_as_mig_parted_sets_it(entry_points, node):
                           text=True, env=_clean_env(node, env), timeout=60)
     assert proc.returncode == 0, proc.stderr
     raw = _spec(proc)
-    assert raw["kind"] == "management.nvidia.com/gpu" and _names(raw) == {"all"}
+    assert raw["kind"] == "management.nvidia.com/gpu" and {"all", node["gpus"][0]["uuid"]} <= _names(raw)
     assert raw["containerEdits"]["hooks"][0]["path"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
 
 
