@@ -139,7 +139,7 @@ def test_the_env_file_configures_generate_as_documented(sim_node, tmp_path):
     assert proc.returncode == 0, proc.stderr
     spec = yaml.safe_load(output.read_text())
     assert spec["kind"] == "management.nvidia.com/gpu"
-    assert [d["name"] for d in spec["devices"]] == ["all"]
+    assert {"all", sim_node["gpus"][0]["uuid"]} <= {d["name"] for d in spec["devices"]}
     (hook,) = spec["containerEdits"]["hooks"]
     assert hook["path"] == "/usr/bin/nvidia-cdi-hook" and "enable-cuda-compat" not in hook["args"]
     targets = {m["containerPath"] for m in spec["containerEdits"]["mounts"]}
@@ -158,3 +158,35 @@ def test_generate_help_lists_every_variable_the_env_file_may_set():
                     "CONFIG_SEARCH_PATHS", "LDCONFIG_PATH", "CSV_FILES", "CSV_IGNORE_PATTERNS",
                     "CSV_CONTAINER_COMPAT_ROOT"))):
         assert var in proc.stdout, var
+
+
+def test_a_reader_never_sees_half_a_spec(sim_node, tmp_path):
+    """The service regenerates a spec engines read at any time: each read is the old spec or the new one."""
+    import threading
+
+    output = tmp_path / "nvidia.yaml"
+    env = {"PATH": "/usr/bin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH": sim_node["config"],
+           "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH": str(output)}
+    argv = [os.path.join(VENV_BIN, "nvidia-ctk"), "cdi", "generate"]
+    subprocess.run(argv, env=env, capture_output=True, check=True)
+    whole = output.read_bytes()
+    done = threading.Event()
+    reads, torn = [0], []
+
+    def read() -> None:
+        while not done.is_set():
+            content = output.read_bytes()  # never missing: the new file replaces the old by rename
+            reads[0] += 1
+            if content != whole and len(torn) < 3:
+                torn.append(content[-200:])
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(3):
+            subprocess.run(argv, env=env, capture_output=True, check=True)
+    finally:
+        done.set()
+        reader.join()
+    assert reads[0] > 3 and torn == []
+    assert [p.name for p in tmp_path.iterdir()] == ["nvidia.yaml"]  # no temporary file left
