@@ -40,7 +40,8 @@ OPTIONS = (
     Option(("--format",), "fmt", VALUE, (_G + "OUTPUT_FORMAT",),
            "Output format (default: from the --output extension, else yaml).", choices=("yaml", "json")),
     Option(("--mode", "--discovery-mode"), "mode", VALUE, (_G + "MODE",),
-           "auto/nvml: the GPUs; management: one 'all' device with every NVIDIA device node; gds, mofed, "
+           "auto/nvml: the GPUs; management: an 'all' device with every NVIDIA device node, and each GPU's "
+           "and MIG device's nodes under its names; gds, mofed, "
            "gdrcopy, nvswitch: one 'all' device with that subsystem's nodes; imex: a device per IMEX channel "
            "(default: auto); sandbox: the GPUs with no hook, for user namespaces and sandboxes.",
            choices=_MODES, default="auto"),
