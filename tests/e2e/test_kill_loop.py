@@ -33,24 +33,27 @@ HOOK = os.path.join(VENV_BIN, "nvidia-container-runtime-hook")
 
 
 def _config(tmp_path, node, mode: str, hook: str | None = None) -> str:
-    """The node's config for ``mode`` without a debug log (so legacy mode's sh front appends the hook)."""
+    """The node's config for ``mode`` without a debug log (so legacy mode's sh front appends the hook);
+    ``hook``: the legacy hook, or in jit-cdi mode the program of nvct's hook chain."""
     path = node_config(tmp_path, node, mode=mode, runtime=RUNC)
     with open(path) as f:
         text = "".join(line for line in f if not line.startswith("debug = "))
     if hook:
-        text += f'\n[nvidia-container-runtime-hook]\npath = "{hook}"\n'
+        table = "nvidia-container-runtime-hook" if mode == "legacy" else "nvidia-ctk"
+        text += f'\n[{table}]\npath = "{hook}"\n'
     with open(path, "w") as f:
         f.write(text)
     os.utime(path, (time.time() - 60,) * 2)
     return path
 
 
-def _killer_hook(tmp_path) -> tuple[str, str, str]:
-    """A hook that runs the real one and, while ``delay`` exists, SIGKILLs it after that many seconds."""
+def _killer_hook(tmp_path, real: str) -> tuple[str, str, str]:
+    """A hook that runs ``real`` and, while ``delay`` exists, SIGKILLs it after that many seconds."""
     delay, pids = str(tmp_path / "hook-delay"), str(tmp_path / "hook-pids")
-    path = str(tmp_path / "killer-hook")
+    os.makedirs(tmp_path / "killer")
+    path = str(tmp_path / "killer" / os.path.basename(real))  # nvct's chain is known by the name
     with open(path, "w") as f:
-        f.write(f'#!/bin/sh\nexec 3<&0\n{HOOK} "$@" <&3 3<&- &\npid=$!\necho $pid >> {pids}\n'
+        f.write(f'#!/bin/sh\nexec 3<&0\n{real} "$@" <&3 3<&- &\npid=$!\necho $pid >> {pids}\n'
                 f'if [ -f {delay} ]; then sleep "$(cat {delay})"; kill -9 $pid 2>/dev/null; fi\nwait $pid\n')
     os.chmod(path, 0o755)
     return path, delay, pids
@@ -119,12 +122,20 @@ def test_shim_killed_anywhere_leaves_nothing(tmp_path, sim_node, rootfs, mode):
     assert failures == 0 and not left, (failures, why, len(left), left[:5])
 
 
-def test_legacy_hook_killed_anywhere_leaves_nothing(tmp_path, sim_node, rootfs):
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi"])
+def test_hook_killed_anywhere_leaves_nothing(tmp_path, sim_node, rootfs, mode):
+    """legacy mode's prestart hook; jit-cdi's hook chain, left to the hook by an image without an ld
+    cache (ldconfig writes one in the root)."""
     need_runtime("runc")
-    hook, delay, pids = _killer_hook(tmp_path)
-    config = _config(tmp_path, sim_node, "legacy", hook=hook)
+    hook, delay, pids = _killer_hook(tmp_path, HOOK if mode == "legacy" else os.path.join(VENV_BIN, "nvct"))
+    config = _config(tmp_path, sim_node, mode, hook=hook)
+    runs = []
 
     def kill(rng, bundle, cid, env, state):
+        if mode == "jit-cdi" and os.path.exists(os.path.join(rootfs, "etc/ld.so.cache")):
+            os.unlink(os.path.join(rootfs, "etc/ld.so.cache"))  # the last follow-up's ldconfig wrote one
+        if os.path.exists(pids):
+            os.unlink(pids)  # the last follow-up's
         with open(delay, "w") as f:
             f.write(f"{rng.uniform(0, MAX_DELAY_S):.3f}\n")
         try:
@@ -134,7 +145,10 @@ def test_legacy_hook_killed_anywhere_leaves_nothing(tmp_path, sim_node, rootfs):
         finally:
             os.unlink(delay)
         with open(pids) as f:
-            return {int(line) for line in f if line.strip()}
+            ran = {int(line) for line in f if line.strip()}
+        runs.append(len(ran))
+        return ran
 
     failures, why, left = _loop(tmp_path, rootfs, config, kill)
     assert failures == 0 and not left, (failures, why, len(left), left[:5])
+    assert runs == [1] * TRIES  # the hook ran (and was killed or not) in every try
