@@ -18,6 +18,11 @@ import time
 
 def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
     """``banner=False``: the sh front printed ``--version``'s nvct lines already."""
+    # A short life that ends in exec: the cyclic collector's passes over the imports and the
+    # spec (≈ 3–4 ms CPU of a GPU create, docs/performance.md) would free nothing that matters.
+    import gc
+
+    gc.disable()
     argv = sys.argv[1:] if argv is None else argv
     start = time.monotonic()
     from nvct import runcargs
