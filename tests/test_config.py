@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from nvct import config
@@ -111,3 +113,16 @@ path = "nvidia-ctk"
     c = config.load("/c.toml", env={})
     assert c.runtimes == ["docker-runc", "runc", "crun"]
     assert c.get("nvidia-container-cli.ldconfig") == "@/sbin/ldconfig"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a read lease on another's file needs CAP_LEASE")
+def test_a_config_open_for_writing_is_an_error_naming_it_never_the_defaults(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "_WRITER_WAIT_S", 0.05)
+    path = tmp_path / "config.toml"
+    path.write_text('[nvidia-container-runtime]\nmode = "legacy"\n')
+    with open(path, "wb") as writer:  # truncated, its writer not done
+        writer.write(b"# nvct\n")
+        writer.flush()
+        with pytest.raises(ConfigError, match=f"^{path}: being written by another process"):
+            config.load(str(path))
+    assert config.load(str(path)).mode == "auto"  # closed: what it wrote is the config

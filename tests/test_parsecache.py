@@ -116,3 +116,22 @@ def test_a_stale_temporary_of_a_killed_writer_is_swept_by_the_next_write(root):
     (root / "t-cache" / f".nvct-{p.pid}-00000000.tmp").write_bytes(b"")
     parsecache.parse_cached(b"abd", "/etc/x.yaml", "t", lambda raw: 2)
     assert os.listdir(root / "t-cache") == ["%etc%x.yaml.marshal"]
+
+
+def test_a_kept_config_is_found_by_its_digest_only_while_it_holds_those_bytes(root):
+    digest = parsecache.keep(b"[nvidia-container-runtime]\nmode = 'legacy'\n")
+    assert digest == parsecache.digest(b"[nvidia-container-runtime]\nmode = 'legacy'\n")
+    assert parsecache.kept(digest) == b"[nvidia-container-runtime]\nmode = 'legacy'\n"
+    assert oct((root / "config-kept").stat().st_mode & 0o777) == "0o700"
+    (root / "config-kept" / digest).write_bytes(b"[changed]\n")
+    assert parsecache.kept(digest) is None
+    assert parsecache.kept("../" + digest) is None and parsecache.kept("") is None
+
+
+def test_kept_configs_are_trimmed_to_the_newest(root, monkeypatch):
+    monkeypatch.setattr(parsecache, "MAX_ENTRIES", 8)
+    names = [parsecache.keep(b"n = %d\n" % i) for i in range(8)]
+    for i, name in enumerate(names):
+        os.utime(root / "config-kept" / name, ns=(i, i))
+    parsecache.keep(b"n = 8\n")  # 8 others: the newest half stays
+    assert sorted(os.listdir(root / "config-kept")) == sorted([*names[4:], parsecache.digest(b"n = 8\n")])
