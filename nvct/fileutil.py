@@ -246,7 +246,6 @@ class Staged:
     """
 
     def __init__(self, path: str, data: bytes, mode: int | None = None):
-        self.path = path
         directory, self._name = os.path.split(os.path.abspath(path))
         self._dir = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._tmp: str | None = None
