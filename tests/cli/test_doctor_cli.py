@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -97,17 +96,6 @@ def test_several_cdi_dirs_are_read(nvct, node, tmp_path):
     data = json.loads(_doctor(nvct, node, "--json", "--cdi-dir", str(other)).stdout)
     specs = [f for f in data["findings"] if f["id"] == "cdi.specs"]
     assert specs[0]["seen"].startswith(f"1 NVIDIA spec(s) in {node.cdi_dir}, {other} ")
-
-
-def test_doctor_runs_in_under_a_second(nvct, node):
-    """A fresh process each time, as an operator runs it; the best of three."""
-    times = []
-    for _ in range(3):
-        start = time.monotonic()
-        result = _doctor(nvct, node)
-        times.append(time.monotonic() - start)
-        assert result.returncode == 0, result.stdout
-    assert min(times) < 1.0, times
 
 
 def test_a_wrong_driver_root_fails_once_and_the_checks_that_need_it_say_why_they_were_skipped(nvct, node):

@@ -181,7 +181,7 @@ def test_an_edit_of_the_main_config_after_configure_is_caught_by_doctor_and_kept
         "warn", f"{drop_in} sets 16384 for max_container_log_line_size, which {config} sets to 65536: containerd "
         f"uses the drop-in's copy, so edits of {config} made after nvct configured it are silently overridden",
         f"nvct runtime configure --runtime containerd --config {config} --drop-in-config {drop_in} "
-        "(brings the copy up to date); then restart containerd")
+        f"--nvidia-runtime-path {RUNC} (brings the copy up to date); then restart containerd")
     nvct("configure", "--runtime", "containerd", "--config", str(config), "--nvidia-runtime-path", RUNC)
     assert _dump(str(config))["max_container_log_line_size"] == 65536
     assert [f.status for f in drift()] == ["ok"]
