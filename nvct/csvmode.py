@@ -104,35 +104,11 @@ def chain(root: str, path: str) -> tuple[list[tuple[str, str]], str] | None:
     Links are followed as if ``root`` were ``/``: an absolute target is the
     board's path, ``..`` never leaves the root. None when nothing is there.
     """
-    from nvct.driver import _join
+    from nvct.driver import _join, _walk_in_root
 
     links: list[tuple[str, str]] = []
-    parts = [p for p in path.split("/") if p and p != "."]
-    resolved: list[str] = []
-    hops = _MAX_HOPS
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        current = "/" + "/".join(resolved + [part])
-        try:
-            target = os.readlink(_join(root, current))
-        except FileNotFoundError:
-            return None
-        except OSError:
-            resolved.append(part)
-            continue
-        hops -= 1
-        if hops < 0:
-            return None
-        links.append((current, target))
-        if target.startswith("/"):
-            resolved = []
-        parts = [p for p in target.split("/") if p and p != "."] + parts
-    real = "/" + "/".join(resolved)
-    return (links, real) if os.path.lexists(_join(root, real)) else None
+    real = _walk_in_root(root, path, _MAX_HOPS, links)
+    return (links, real) if real is not None and os.path.lexists(_join(root, real)) else None
 
 
 def container_edits(driver: Driver, files, *, hook_path: str, ldconfig: str | None = None) -> ContainerEdits:

@@ -610,6 +610,17 @@ def resolve_in_root(root: str, path: str, _hops: int = 40) -> str | None:
     The driver root is trusted, but its links are absolute from its own point
     of view (``/usr/lib/...``), so os.path.realpath would leave it.
     """
+    result = _walk_in_root(root, path, _hops)
+    return result if result is not None and os.path.exists(_join(root, result)) else None
+
+
+def _walk_in_root(root: str, path: str, hops: int, links: list[tuple[str, str]] | None = None) -> str | None:
+    """The root-relative path ``path`` names once its links are followed inside ``root``.
+
+    Each link met is added to ``links`` (as (link, its target as written)).
+    None when a component is missing or more than ``hops`` links are met; the
+    last component itself is not checked (callers differ on a dangling link).
+    """
     parts = [p for p in path.split("/") if p and p != "."]
     resolved: list[str] = []
     while parts:
@@ -626,14 +637,15 @@ def resolve_in_root(root: str, path: str, _hops: int = 40) -> str | None:
         except OSError:
             resolved.append(part)
             continue
-        _hops -= 1
-        if _hops < 0:
+        hops -= 1
+        if hops < 0:
             return None
+        if links is not None:
+            links.append((current, target))
         if target.startswith("/"):
             resolved = []
         parts = [p for p in target.split("/") if p and p != "."] + parts
-    result = "/" + "/".join(resolved)
-    return result if os.path.exists(_join(root, result)) else None
+    return "/" + "/".join(resolved)
 
 
 def _join(root: str, path: str) -> str:

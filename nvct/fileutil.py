@@ -70,17 +70,7 @@ def replace_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600, *, durabl
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                          dir_fd=dir_fd)
             named = True
-        _write_all(fd, data)
-        if durable:
-            os.fsync(fd)
-        os.fchmod(fd, mode)
-        if owner is not None:
-            try:
-                os.fchown(fd, *owner)
-            except PermissionError:
-                pass
-        if mtime_ns is not None:
-            os.utime(fd, ns=(mtime_ns, mtime_ns))
+        _fill(fd, data, mode, durable=durable, owner=owner, mtime_ns=mtime_ns)
         if not named:
             try:
                 os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)
@@ -105,23 +95,29 @@ def replace_named(dir_fd: int, tmp: str, name: str, data: bytes, mode: int, *, d
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         try:
-            _write_all(fd, data)
-            if durable:
-                os.fsync(fd)
-            os.fchmod(fd, mode)
-            if owner is not None:
-                try:
-                    os.fchown(fd, *owner)
-                except PermissionError:
-                    pass
-            if mtime_ns is not None:
-                os.utime(fd, ns=(mtime_ns, mtime_ns))
+            _fill(fd, data, mode, durable=durable, owner=owner, mtime_ns=mtime_ns)
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         _unlink_at(dir_fd, tmp)
         raise
+
+
+def _fill(fd: int, data: bytes, mode: int, *, durable: bool,
+          owner: tuple[int, int] | None, mtime_ns: int | None) -> None:
+    """Give the not yet named file ``fd`` its bytes, mode, owner and mtime (before it takes the name)."""
+    _write_all(fd, data)
+    if durable:
+        os.fsync(fd)
+    os.fchmod(fd, mode)
+    if owner is not None:
+        try:
+            os.fchown(fd, *owner)
+        except PermissionError:
+            pass
+    if mtime_ns is not None:
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
 
 
 def _write_all(fd: int, data: bytes) -> None:
