@@ -172,6 +172,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def remove_path(path: str) -> None:
+    """Delete ``path``: a directory's whole tree, or the entry itself (a link is never followed).
+
+    Already gone is fine, and so is what a tree removal cannot delete: callers
+    clear their own directories, which a later run clears again.
+    """
+    if os.path.isdir(path) and not os.path.islink(path):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
 def _unlink_at(dir_fd: int, name: str) -> bool:
     try:
         os.unlink(name, dir_fd=dir_fd)

@@ -31,6 +31,7 @@ from typing import Callable
 
 from nvct.doctor import permissions
 from nvct.errors import NvctError
+from nvct.fileutil import remove_path
 from nvct.toolkit import configfile, payload, runtime, wrappers
 from nvct.toolkit.engine import EngineSetup
 from nvct.toolkit.layout import RUNTIME_MODES, RUNTIMES_DIR, TOOLS, Layout
@@ -318,9 +319,9 @@ def _switch(staging: str, final: Layout) -> None:
     keep = {final.version, previous, "current"}
     for name in os.listdir(final.runtimes_dir):
         if name not in keep:
-            _remove(os.path.join(final.runtimes_dir, name))
+            remove_path(os.path.join(final.runtimes_dir, name))
     for name in set(os.listdir(final.root)) - names:  # e.g. an older nvct's lib/python
-        _remove(os.path.join(final.root, name))
+        remove_path(os.path.join(final.root, name))
 
 
 def _current_version(layout: Layout) -> str | None:
@@ -329,12 +330,3 @@ def _current_version(layout: Layout) -> str | None:
     except OSError:
         return None
 
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass

@@ -141,6 +141,8 @@ def remove_toolkit(root: str, wrappers: list[str], runtimes: list[str], log) -> 
 
     Returns the stand-ins left (none when no process names a wrapper: the directory goes whole).
     """
+    from nvct.fileutil import remove_path
+
     needed = referencing(wrappers)
     if not needed:
         shutil.rmtree(root)
@@ -154,7 +156,7 @@ def remove_toolkit(root: str, wrappers: list[str], runtimes: list[str], log) -> 
     keep = {os.path.relpath(p, root) for p in needed}
     for name in os.listdir(root):
         if name not in keep:
-            _remove(os.path.join(root, name))
+            remove_path(os.path.join(root, name))
     for path, pids in sorted(needed.items()):
         log(f"left a stand-in at {path}: running containers (shim pids {', '.join(map(str, pids))}) still "
             f"need it to be stopped and deleted; it goes with the last of them (or at the next install)")
@@ -205,16 +207,6 @@ def prune_paths(paths: list[str]) -> list[str]:
         except OSError:  # not empty
             pass
     return removed
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 def _dq(value: str) -> str:
