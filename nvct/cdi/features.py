@@ -127,6 +127,7 @@ class Generation:
         0.7.0, which podman 4.3 cannot read; docs/cdi.md, "Differences from the reference").
         """
         from nvct import injection
+        from nvct.hooks.steps import _split as split_steps
 
         hooks = []
         for hook in edits.hooks:
@@ -164,17 +165,6 @@ def coherence_groups(driver, device_ids) -> list[tuple[str, list[str]]]:
         coherent = {gpu.uuid: nvml.coherent(nvml.handle_by_uuid(gpu.uuid)) for gpu in gpus}
     groups = [(infix, [u for u, c in coherent.items() if c is want]) for infix, want in COHERENCE_SPECS]
     return [(infix, uuids) for infix, uuids in groups if uuids]
-
-
-def split_steps(args) -> list[list[str]]:
-    """A chain's arguments as steps (``--`` separates them)."""
-    steps: list[list[str]] = [[]]
-    for arg in args:
-        if arg == "--":
-            steps.append([])
-        else:
-            steps[-1].append(arg)
-    return [s for s in steps if s]
 
 
 def device_node_gids(edits: ContainerEdits) -> list[int]:

@@ -35,6 +35,7 @@ def run_chain(args: list[str], ctx: HookContext) -> None:
 
 
 def _split(args: list[str]) -> list[list[str]]:
+    """A chain's arguments as steps (``--`` separates them); the one parser of the chain's form."""
     steps: list[list[str]] = [[]]
     for arg in args:
         if arg == "--":
