@@ -233,23 +233,7 @@ def nodes(tmp_path_factory):
 def test_the_verdict_nvct_reads_is_the_kernels(cgroup, nodes, rules, default):
     """A runtime-compiled program: the kernel's answer for opening a node for reading, writing or
     both (EPERM: denied) is what :func:`nvct.bpf.verdict` reads in its instructions."""
-    code = _compile(rules, default)
-    cg = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
-    fd = bpf.load(code, "nvct_test")
-    try:
-        bpf.attach(cg, fd, bpf.F_ALLOW_MULTI)
-        out = subprocess.run([sys.executable, "-c", _PROBE, cgroup, *(n[0] for n in nodes)],
-                             capture_output=True, text=True, check=True).stdout.split()
-        expected = []
-        for _, kind, major, minor in nodes:
-            for access in (bpf.ACC_READ, bpf.ACC_WRITE, bpf.ACC_READ | bpf.ACC_WRITE):
-                allowed = bpf.verdict(code, major, minor, access, kind=1 if kind == "b" else 2)
-                expected.append("allowed" if allowed else "denied")
-        assert out == expected
-    finally:
-        bpf._bpf(9, bpf._attr(24, "<IIIII", cg, fd, bpf.ATTACH_CGROUP_DEVICE, 0, 0), "detach")  # BPF_PROG_DETACH
-        os.close(fd)
-        os.close(cg)
+    _verdicts_match_the_kernel(cgroup, nodes, _compile(rules, default))
 
 
 @needs_cgroup2
