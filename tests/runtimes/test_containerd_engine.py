@@ -14,6 +14,20 @@ from tests.runtimes import toml_loads
 
 NVIDIA = "/usr/bin/nvidia-container-runtime"
 
+#: The body of versions 3 and 4 (containerd 2.x: the CRI plugin split in images and runtime).
+_CRI_V1 = '''\
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = true  # cgroup driver
+'''
+
 #: A realistic config per version: runc is the default, with SystemdCgroup set.
 CONFIGS = {
     1: '''\
@@ -44,36 +58,8 @@ root = "/var/lib/containerd"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = true
 ''',
-    3: '''\
-# containerd 2.x
-version = 3
-
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-
-[plugins."io.containerd.cri.v1.runtime"]
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        SystemdCgroup = true  # cgroup driver
-''',
-    4: '''\
-# containerd 2.3 (the documented version 4 layout: plugin ids as version 3)
-version = 4
-
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-
-[plugins."io.containerd.cri.v1.runtime"]
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        SystemdCgroup = true  # cgroup driver
-''',
+    3: "# containerd 2.x\nversion = 3\n\n" + _CRI_V1,
+    4: "# containerd 2.3 (the documented version 4 layout: plugin ids as version 3)\nversion = 4\n\n" + _CRI_V1,
 }
 
 MATRIX = [(v, drop_in, default, cdi)
