@@ -17,7 +17,7 @@ import yaml
 from nvct.cdi import spec as spec_mod
 from tests.e2e.conftest import VENV_BIN
 from tests.support import arm64
-from tests.support.gpu_runs import need_runtime, refusal, run_gpu
+from tests.support.gpu_runs import assert_untouched, host_victim, need_runtime, refusal, run_gpu
 
 pytestmark = pytest.mark.containers
 
@@ -107,22 +107,6 @@ def test_no_gpu_request_gets_nothing_in_csv_mode(tmp_path, tegra_node, arm64_roo
     assert result.rc == 0 and result.stdout.count("No such file") == 2, result.describe()
 
 
-def _outside(tmp_path) -> tuple[str, str]:
-    outside = os.path.join(str(tmp_path), "outside")
-    os.makedirs(outside)
-    victim = os.path.join(outside, "victim")
-    with open(victim, "w") as f:
-        f.write("host file\n")
-    return outside, victim
-
-
-def _untouched(outside: str, victim: str) -> None:
-    assert sorted(os.listdir(outside)) == ["victim"]
-    assert not os.path.islink(victim)
-    with open(victim) as f:
-        assert f.read() == "host file\n"
-
-
 @pytest.mark.parametrize("inside_too", [False, True], ids=["leads-nowhere-inside", "leads-inside"])
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
 def test_an_image_folder_linked_out_of_the_root_is_confined(tmp_path, tegra_node, arm64_rootfs, runtime,
@@ -133,7 +117,7 @@ def test_an_image_folder_linked_out_of_the_root_is_confined(tmp_path, tegra_node
     the image has that folder too, the files land there; where not, the start is refused.
     """
     need_runtime(runtime)
-    outside, victim = _outside(tmp_path)
+    outside, victim = host_victim(tmp_path)
     folder = os.path.join(arm64_rootfs, LIBDIR.lstrip("/"))
     os.makedirs(os.path.dirname(folder), exist_ok=True)
     os.symlink(outside, folder)
@@ -141,7 +125,7 @@ def test_an_image_folder_linked_out_of_the_root_is_confined(tmp_path, tegra_node
         os.makedirs(os.path.join(arm64_rootfs, outside.lstrip("/")))
     result = run_gpu(tmp_path, tegra_node, arm64_rootfs, mode="csv", runtime=runtime, timeout=120,
                      env=["NVIDIA_VISIBLE_DEVICES=all"], command=f"ls -A {LIBDIR}; true")
-    _untouched(outside, victim)
+    assert_untouched(outside, victim)
     if inside_too:  # confined: the mounts and links landed inside the root, where the link leads there
         assert result.rc == 0 and "libcuda.so.1.1" in result.stdout.split(), result.describe()
         assert "libcuda.so" in os.listdir(os.path.join(arm64_rootfs, outside.lstrip("/")))
@@ -153,14 +137,14 @@ def test_an_image_folder_linked_out_of_the_root_is_confined(tmp_path, tegra_node
 def test_an_image_link_at_a_csv_symlink_target_is_never_followed(tmp_path, tegra_node, arm64_rootfs, runtime):
     """The image puts its own link at a ``sym`` entry's path, aimed at a host file: it is replaced or refused."""
     need_runtime(runtime)
-    outside, victim = _outside(tmp_path)
+    outside, victim = host_victim(tmp_path)
     link = os.path.join(arm64_rootfs, "usr/lib/aarch64-linux-gnu/libcuda.so")
     os.makedirs(os.path.dirname(link), exist_ok=True)
     os.symlink(victim, link)
     result = run_gpu(tmp_path, tegra_node, arm64_rootfs, mode="csv", runtime=runtime, timeout=120,
                      env=["NVIDIA_VISIBLE_DEVICES=all"],
                      command="readlink /usr/lib/aarch64-linux-gnu/libcuda.so; true")
-    _untouched(outside, victim)
+    assert_untouched(outside, victim)
     if result.rc == 0:  # replaced by the board's link, inside the root
         assert result.stdout.split() == ["nvidia/libcuda.so"], result.describe()
     else:

@@ -19,7 +19,7 @@ import yaml
 from nvct.cdi import spec as spec_mod
 from tests.e2e.conftest import VENV_BIN
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, private_podman  # noqa: F401
-from tests.support.gpu_runs import need_runtime, refusal, run_gpu
+from tests.support.gpu_runs import assert_untouched, host_victim, need_runtime, refusal, run_gpu
 from tests.support.podman import CDI_DIRS, cdi_spec, unique_cdi_vendor
 
 pytestmark = pytest.mark.containers
@@ -138,27 +138,11 @@ def test_podman_runs_the_wsl_spec(private_podman, wsl_node):  # noqa: F811
     _assert_sees(result, wsl_node, probe=False)  # busybox: no glibc to dlopen with
 
 
-def _outside(tmp_path) -> tuple[str, str]:
-    outside = os.path.join(str(tmp_path), "outside")
-    os.makedirs(outside)
-    victim = os.path.join(outside, "victim")
-    with open(victim, "w") as f:
-        f.write("host file\n")
-    return outside, victim
-
-
-def _untouched(outside: str, victim: str) -> None:
-    assert sorted(os.listdir(outside)) == ["victim"]
-    assert not os.path.islink(victim)
-    with open(victim) as f:
-        assert f.read() == "host file\n"
-
-
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
 def test_an_image_link_at_nvidia_smi_is_never_followed(tmp_path, wsl_node, rootfs, runtime):
     """The image's own /usr/bin/nvidia-smi, a link to a host file: replaced by the store's link, never followed."""
     need_runtime(runtime)
-    outside, victim = _outside(tmp_path)
+    outside, victim = host_victim(tmp_path)
     os.makedirs(os.path.join(rootfs, "usr/bin"), exist_ok=True)
     link = os.path.join(rootfs, "usr/bin/nvidia-smi")
     if os.path.lexists(link):
@@ -166,7 +150,7 @@ def test_an_image_link_at_nvidia_smi_is_never_followed(tmp_path, wsl_node, rootf
     os.symlink(victim, link)
     result = run_gpu(tmp_path, wsl_node, rootfs, mode="jit-cdi", runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=all"],
                      command="readlink /usr/bin/nvidia-smi")
-    _untouched(outside, victim)
+    assert_untouched(outside, victim)
     assert result.rc == 0 and result.stdout.split() == [wsl_node["driver_store"] + "/nvidia-smi"], \
         result.describe()
 
@@ -175,11 +159,11 @@ def test_an_image_link_at_nvidia_smi_is_never_followed(tmp_path, wsl_node, rootf
 def test_an_image_wsl_folder_linked_out_of_the_root_reaches_nothing_on_the_host(tmp_path, wsl_node, rootfs,
                                                                                runtime):
     need_runtime(runtime)
-    outside, victim = _outside(tmp_path)
+    outside, victim = host_victim(tmp_path)
     os.makedirs(os.path.join(rootfs, "usr/lib"), exist_ok=True)
     os.symlink(outside, os.path.join(rootfs, "usr/lib/wsl"))
     result = run_gpu(tmp_path, wsl_node, rootfs, mode="jit-cdi", runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=all"],
                      command="ls /usr/lib/wsl/lib; true")
-    _untouched(outside, victim)
+    assert_untouched(outside, victim)
     if result.rc != 0:
         assert "/usr/lib/wsl" in refusal(result, tmp_path)

@@ -131,3 +131,21 @@ def mounts_under(path: str) -> list[str]:
 
     prefix = os.path.realpath(path).rstrip("/") + "/"
     return [m.mount_point for m in mounts() if (m.mount_point + "/").startswith(prefix)]
+
+
+def host_victim(tmp_path) -> tuple[str, str]:
+    """A host folder holding one file (``victim``) that a hostile image's links point at."""
+    outside = os.path.join(str(tmp_path), "outside")
+    os.makedirs(outside)
+    victim = os.path.join(outside, "victim")
+    with open(victim, "w") as f:
+        f.write("host file\n")
+    return outside, victim
+
+
+def assert_untouched(outside: str, victim: str) -> None:
+    """Nothing was written, linked or added in :func:`host_victim`'s folder."""
+    assert sorted(os.listdir(outside)) == ["victim"]
+    assert not os.path.islink(victim)
+    with open(victim) as f:
+        assert f.read() == "host file\n"
