@@ -32,31 +32,28 @@ def simulate_group():
                    "its CSV lists, for csv mode); see docs/platforms.md.")
 def node_command(directory, driver_version, gpus, mig, topology, device_nodes, force, arch, platform):
     """Build a simulated GPU node in DIRECTORY (driver root, dev root and DIRECTORY/proc)."""
-    from nvct.simulate import build_node
-
     if platform == "tegra":
         from nvct.simulate.tegra import build_tegra_node
 
         m = build_tegra_node(directory, device_nodes=device_nodes)
-        click.echo(f"simulated Jetson (Tegra) board at {m['roots']['driver_root']}: {len(m['devices'])} device "
+        summary = (f"simulated Jetson (Tegra) board at {m['roots']['driver_root']}: {len(m['devices'])} device "
                    f"nodes, {len(m['files'])} files, CSV lists in {m['mount_spec_path']}")
-        click.echo(f"config: {m['config']}")
-        return
-    if platform == "wsl":
+    elif platform == "wsl":
         from nvct.simulate.wsl import build_wsl_node
 
         m = build_wsl_node(directory, device_nodes=device_nodes)
-        click.echo(f"simulated WSL2 node at {m['roots']['driver_root']}: /dev/dxg, driver store "
+        summary = (f"simulated WSL2 node at {m['roots']['driver_root']}: /dev/dxg, driver store "
                    f"{m['driver_store']}, {len(m['injected'])} files a container gets")
-        click.echo(f"config: {m['config']}")
-        return
+    else:
+        from nvct.simulate import build_node
 
-    m = build_node(directory, driver_version=driver_version, topology=topology, gpus=gpus, mig=mig,
-                   device_nodes=device_nodes, force=force, arch=arch)
-    models = sorted({g["model"] for g in m["gpus"]})
-    migs = sum(len(g["mig_devices"]) for g in m["gpus"])
-    kind = "" if m["arch"] == "x86_64" else f"{m['arch']} "
-    click.echo(f"simulated {kind}node at {m['roots']['driver_root']}: {len(m['gpus'])} x {', '.join(models)}, "
-               f"{migs} MIG device(s), driver {m['driver_version']}, CUDA {m['cuda_version']}, "
-               f"{len(m['libraries'])} libraries, {len(m['device_nodes'])} device nodes")
+        m = build_node(directory, driver_version=driver_version, topology=topology, gpus=gpus, mig=mig,
+                       device_nodes=device_nodes, force=force, arch=arch)
+        models = sorted({g["model"] for g in m["gpus"]})
+        migs = sum(len(g["mig_devices"]) for g in m["gpus"])
+        kind = "" if m["arch"] == "x86_64" else f"{m['arch']} "
+        summary = (f"simulated {kind}node at {m['roots']['driver_root']}: {len(m['gpus'])} x {', '.join(models)}, "
+                   f"{migs} MIG device(s), driver {m['driver_version']}, CUDA {m['cuda_version']}, "
+                   f"{len(m['libraries'])} libraries, {len(m['device_nodes'])} device nodes")
+    click.echo(summary)
     click.echo(f"config: {m['config']}")
