@@ -95,13 +95,18 @@ def test_the_service_writes_the_nodes_spec(sim_node, tmp_path):
     output = tmp_path / "nvidia.yaml"  # what the env file may set; /var/run/cdi is the host's
     env.update(NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=str(output), PATH="/usr/bin:/bin",
                NVIDIA_CTK_CONFIG_FILE_PATH=sim_node["config"])
-    argv = [os.path.join(VENV_BIN, "nvidia-ctk"), *shlex.split(start)[1:]]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    spec = yaml.safe_load(output.read_text())
+    spec = _run_start(start, env, output)
     assert spec["kind"] == "nvidia.com/gpu"
     names = {d["name"] for d in spec["devices"]}
     assert {str(g["index"]) for g in sim_node["gpus"]} | {"all"} <= names
+
+
+def _run_start(start: str, env: dict[str, str], output) -> dict:
+    """The unit's ExecStart (nvct's nvidia-ctk for /usr/bin's) under ``env``: the spec it wrote at ``output``."""
+    argv = [os.path.join(VENV_BIN, "nvidia-ctk"), *shlex.split(start)[1:]]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return yaml.safe_load(output.read_text())
 
 
 def _environment_file(text: str) -> dict[str, str]:
@@ -134,10 +139,7 @@ def test_the_env_file_configures_generate_as_documented(sim_node, tmp_path):
     env = dict(e.split("=", 1) for e in directives["Environment"])
     env.update(_environment_file(env_file.read_text()), PATH="/usr/bin:/bin",
                NVIDIA_CTK_CONFIG_FILE_PATH=sim_node["config"])
-    argv = [os.path.join(VENV_BIN, "nvidia-ctk"), *shlex.split(start)[1:]]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    spec = yaml.safe_load(output.read_text())
+    spec = _run_start(start, env, output)
     assert spec["kind"] == "management.nvidia.com/gpu"
     assert {"all", sim_node["gpus"][0]["uuid"]} <= {d["name"] for d in spec["devices"]}
     (hook,) = spec["containerEdits"]["hooks"]
