@@ -288,21 +288,23 @@ def needs_root_and_apt(test):
     return test
 
 
-def needs_podman_and_image(test):
-    """podman, runc, and what the test image is built from."""
+def needs_runc_and_rootfs(test):
+    """runc, and what the test container's rootfs (or image) is built from."""
     for mark in (
-        pytest.mark.skipif(not os.access(PODMAN, os.X_OK), reason=f"needs {PODMAN}"),
         pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}"),
         pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
-                           reason=f"needs {BUSYBOX} and gcc (the test image)"),
+                           reason=f"needs {BUSYBOX} and gcc (the test container's rootfs or image)"),
     ):
         test = mark(test)
     return test
 
 
-@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
-@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
-                    reason=f"needs {BUSYBOX} and gcc (the test container's rootfs)")
+def needs_podman_and_image(test):
+    """podman, runc, and what the test image is built from."""
+    return needs_runc_and_rootfs(pytest.mark.skipif(not os.access(PODMAN, os.X_OK), reason=f"needs {PODMAN}")(test))
+
+
+@needs_runc_and_rootfs
 @needs_root_and_apt
 def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path):
     _skip_if_this_machine_has_nvct_or_the_toolkit()
@@ -499,9 +501,7 @@ def _upgraded(deb, tmp_path: Path) -> Path:
     return out
 
 
-@pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}")
-@pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
-                    reason=f"needs {BUSYBOX} and gcc (the test container's rootfs)")
+@needs_runc_and_rootfs
 @needs_root_and_apt
 def test_container_starts_during_install_upgrade_remove_and_purge(deb, tmp_path):
     """GPU containers start back to back while apt installs, upgrades, removes and purges nvct:
