@@ -19,7 +19,12 @@
 7. Start-up of the reference-named programs (``--version``, an unknown hook) against ``nvct hook``
    with an unknown hook, interleaved.
 
-``--quick`` runs only 4-6 (the figures of the README's performance section).
+8. Concurrent batches of 8, 16 and 32 lifecycles (a bundle and root each; plain runc, no GPU under
+   nvct's shipped config, one GPU each in jit-cdi, legacy and cdi mode), interleaved round by round
+   with the same batch of plain runc; and the /run/nvct writers' flock with 32 shims at once.
+
+``--quick`` runs only 4-6 and 8 (the figures of the README's performance section); ``--batches``
+only 8.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ def import_time(module: str) -> float:
 
 def heavy_modules_after_passthrough(bundle: str) -> list[str]:
     code = (
-        "import os, sys; os.execv = lambda *a: None; sys.argv = [%r];"
+        "import os, sys; os.execve = lambda *a: None; sys.argv = [%r];"
         "from nvct.shim import main; main(['create', '--bundle', %r, 'x']);"
         "print(' '.join(m for m in %r if m in sys.modules))" % (SHIM, bundle, HEAVY)
     )
@@ -264,6 +269,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="only the container, generate and podman figures")
     parser.add_argument("--json", help="write the figures here as JSON")
+    parser.add_argument("--batches", action="store_true", help="only the concurrent batches and the "
+                        "/run/nvct lock (rounds: a quarter of --runs, at least 3)")
     parser.add_argument("--cases", help="only these container cases (comma-separated names, e.g. "
                         "jit-cdi_8gpu,gpus-hook_8gpu; plain runc always runs), no other figures")
     opts = parser.parse_args()
@@ -280,7 +287,9 @@ def main() -> None:
                  "64gpu": cached_node(os.path.join(work, "sim"), gpus=64, mig=False)}
         figures: dict = {"load_average_at_start": os.getloadavg()[0]}
         rootfs = make_rootfs(work)
-        if opts.cases:
+        if opts.batches:
+            batch_figures(figures, nodes, work, max(opts.runs // 4, 3))
+        elif opts.cases:
             _container_figures(figures, nodes, rootfs, work, opts.runs, {}, set(opts.cases.split(",")))
         else:
             _all_figures(figures, nodes, rootfs, work, opts)
@@ -311,6 +320,7 @@ def _all_figures(figures: dict, nodes: dict, rootfs: str, work: str, opts) -> No
         for name, ms in installed_startup_ms(toolkits, rootfs, opts.runs).items():
             figures[f"{name}_ms"] = ms
     _container_figures(figures, nodes, rootfs, work, opts.runs, toolkits)
+    batch_figures(figures, nodes, work, max(opts.runs // 4, 3))
     _generate_figures(figures, nodes, opts.runs)
     for name, ms in podman_hooks_ms(work, nodes["8gpu"]["config"], max(opts.runs // 2, 3)).items():
         figures[f"{name}_ms"] = ms
@@ -417,6 +427,150 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
         if name != "runc_plain":
             figures[f"{name}_added_ms"] = ms - plain_ms
             figures[f"{name}_ratio"] = ms / plain_ms
+
+
+#: Concurrent batch sizes (issue 28): as many lifecycles at once as an engine starts after a reboot.
+BATCH_SIZES = (8, 16, 32)
+
+
+def _batch_cases(nodes: dict, work: str, size: int, env: dict) -> dict[str, list[Case]]:
+    """name -> ``size`` lifecycles, each with a bundle and root of its own: plain runc, the shim
+    without a GPU (nvct's shipped config), and one GPU each (the 8-GPU node) in jit-cdi, legacy
+    and cdi mode, the GPUs taken in turn."""
+    from tests.support.bundle import make_bundle
+    from tests.support.rootfs import make_rootfs
+
+    node = nodes["8gpu"]
+    shipped = default_configs(_mkdir(os.path.join(work, f"batch{size}-configs")))["shipped"]
+    configs = {"runc_plain": None, "shim_plain_shipped_config": shipped}
+    for mode in ("jit-cdi", "legacy", "cdi"):
+        extra = f'\n[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{RUNC}"]\n'
+        if mode == "cdi":
+            spec_dir = _mkdir(os.path.join(work, f"batch{size}-cdi"))
+            subprocess.run([os.path.join(BIN, "nvct"), "cdi", "generate", "--output",
+                            os.path.join(spec_dir, "nvidia.yaml")], check=True,
+                           env=dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=node["config"]), stderr=subprocess.DEVNULL)
+            extra += f'\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir}"]\n'
+        path = os.path.join(work, f"batch{size}-{mode}.toml")
+        with open(node["config"]) as src, open(path, "w") as f:
+            f.write(src.read() + extra)
+        then = time.time() - 60  # old enough to be recorded at once (nvct.lowlevel.identity)
+        os.utime(path, (then, then))
+        configs[f"{mode}_8gpu"] = path
+    cases: dict[str, list[Case]] = {}
+    for name, cfg in configs.items():
+        cases[name] = []
+        for i in range(size):
+            gpu = node["gpus"][i % len(node["gpus"])]["uuid"]
+            gpu_env = [f"NVIDIA_VISIBLE_DEVICES={gpu}"] if name.endswith("_8gpu") else []
+            d = os.path.join(work, f"batch{size}", name, str(i))
+            bundle = make_bundle(os.path.join(d, "bundle"), make_rootfs(d), ["true"], env=gpu_env)
+            cases[name].append(Case([RUNC] if cfg is None else [SHIM], bundle,
+                                    None if cfg is None else dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=cfg)))
+    return cases
+
+
+def _batch_ms(cases: list[Case]) -> float:
+    """Wall time of ``cases`` run all at once (from a common start to the last delete), each ok."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support.runtimes import _subreaper, create_start_delete
+
+    for case in cases:
+        case.reset()
+    barrier = threading.Barrier(len(cases) + 1)
+
+    def one(case: Case):
+        barrier.wait()
+        return create_start_delete(case.argv, case.bundle, env=case.env, timeout=300)
+
+    # One subreaper for the batch: each lifecycle's own would be undone by the first to finish.
+    with _subreaper(), ThreadPoolExecutor(len(cases)) as pool:
+        futures = [pool.submit(one, case) for case in cases]
+        barrier.wait()
+        t = time.perf_counter()
+        results = [f.result() for f in futures]
+        elapsed = (time.perf_counter() - t) * 1000
+    for result in results:
+        if result.rc != 0:
+            raise SystemExit(f"batch: container failed: {result.describe()}")
+    return elapsed
+
+
+def batch_figures(figures: dict, nodes: dict, work: str, rounds: int, sizes=BATCH_SIZES) -> None:
+    """Concurrent lifecycles: per batch size, the batch's wall time for each case, interleaved round
+    by round with the same batch of plain runc containers; median and ratio to plain runc."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for size in sizes:
+        cases = _batch_cases(nodes, work, size, env)
+        for batch in cases.values():
+            _batch_ms(batch)  # the records in /run/nvct written, the page cache warm
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(rounds):
+            for name, batch in cases.items():
+                times[name].append(_batch_ms(batch))
+        plain = statistics.median(times["runc_plain"])
+        for name, values in times.items():
+            figures[f"batch{size}_{name}_ms"] = statistics.median(values)
+            if name != "runc_plain":
+                figures[f"batch{size}_{name}_ratio"] = statistics.median(values) / plain
+        shutil.rmtree(os.path.join(work, f"batch{size}"), ignore_errors=True)
+    figures.update(lock_figures(nodes["8gpu"], work, max(sizes)))
+
+
+_LOCK_PROBE = r"""
+import fcntl, json, os, sys, time
+real, taken = fcntl.flock, []
+def flock(fd, op):
+    t = time.monotonic()
+    real(fd, op)
+    taken.append((op, t, time.monotonic()))
+fcntl.flock = flock
+os.execve = lambda *a: None
+sys.argv = [%(shim)r]
+from nvct.shim import main
+main(["create", "--bundle", %(bundle)r, "x"])
+ex = [(t0, t1) for op, t0, t1 in taken if op == fcntl.LOCK_EX]
+un = [t0 for op, t0, t1 in taken if op == fcntl.LOCK_UN]
+print(json.dumps({"waited": [t1 - t0 for t0, t1 in ex], "held": [u - t1 for (t0, t1), u in zip(ex, un)]}))
+"""
+
+
+def lock_figures(node: dict, work: str, size: int) -> dict:
+    """The /run/nvct writers' flock with ``size`` shims at once (a container without a GPU, nvct's
+    shipped config, the runtime not exec'd): how many take it, how long they wait and hold it,
+    with no record for the config (a node's first starts after a boot or a config change) and
+    with one (every later start)."""
+    from tests.support.bundle import make_bundle
+
+    cfg = default_configs(_mkdir(os.path.join(work, f"lock{size}-configs")))["shipped"]
+    bundle = make_bundle(os.path.join(work, "lock-bundle"), make_rootfs_once(work), ["true"])
+    env = {"PATH": "/usr/bin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH": cfg}
+    code = _LOCK_PROBE % {"shim": SHIM, "bundle": bundle}
+    out = {}
+    for phase in ("no_record", "recorded"):
+        if phase == "no_record":
+            _forget_recorded_runtimes()
+        procs = [subprocess.Popen([PY, "-I", "-c", code], env=env, stdout=subprocess.PIPE) for _ in range(size)]
+        waited, held, takers = [], [], 0
+        for p in procs:
+            data = json.loads(p.communicate()[0] or b"{}")
+            takers += bool(data.get("held"))
+            waited += data.get("waited", [])
+            held += data.get("held", [])
+        out[f"lock{size}_{phase}_takers"] = takers
+        out[f"lock{size}_{phase}_held_median_ms"] = statistics.median(held) * 1000 if held else 0.0
+        out[f"lock{size}_{phase}_held_max_ms"] = max(held) * 1000 if held else 0.0
+        out[f"lock{size}_{phase}_waited_max_ms"] = max(waited) * 1000 if waited else 0.0
+    return out
+
+
+def make_rootfs_once(work: str) -> str:
+    from tests.support.rootfs import make_rootfs
+
+    path = os.path.join(work, "rootfs-lock")
+    return path if os.path.isdir(path) else make_rootfs(work, name="rootfs-lock")
 
 
 def _generate_figures(figures: dict, nodes: dict, runs: int) -> None:
