@@ -131,17 +131,12 @@ def container_edits(driver: Driver, files, *, hook_path: str, ldconfig: str | No
     mounted: set[str] = set()
     for kind in ("dir", "lib", "sym"):
         for path in by_type[kind]:
-            found = chain(driver.driver_root, path)
-            if found is None:
-                logger.warning("csv: %s %s: not found in the driver root %s", kind, path, driver.driver_root)
+            found = resolve(driver, kind, path)
+            if isinstance(found, str):
+                logger.warning("csv: %s %s: %s", kind, path, found)
                 continue
             chained, real = found
             host = driver.host_path(real)
-            wanted = os.path.isdir(host) if kind == "dir" else os.path.isfile(host)
-            if not wanted:
-                logger.warning("csv: %s %s: %s is not a %s", kind, path, real,
-                               "directory" if kind == "dir" else "file")
-                continue
             for link, target in chained:
                 if f"{target}::{link}" not in links:
                     links.append(f"{target}::{link}")
@@ -178,6 +173,28 @@ def container_edits(driver: Driver, files, *, hook_path: str, ldconfig: str | No
                                 tuple(injection.chain_prefix(hook_path) + injection.join_steps(steps)),
                                 reason="csv: the listed symlinks, SONAME links and ld cache in the container"))
     return edits
+
+
+def resolve(driver: Driver, kind: str, path: str) -> tuple[list[tuple[str, str]], str] | str:
+    """A ``dir``, ``lib`` or ``sym`` entry's :func:`chain` in the driver root, or why it gives nothing."""
+    found = chain(driver.driver_root, path)
+    if found is None:
+        return f"not found in the driver root {driver.driver_root}"
+    real = found[1]
+    host = driver.host_path(real)
+    if not (os.path.isdir(host) if kind == "dir" else os.path.isfile(host)):
+        return f"{real} is not a {'directory' if kind == 'dir' else 'file'}"
+    return found
+
+
+def unresolved(driver: Driver, files) -> list[tuple[str, str, str]]:
+    """(type, path, why) of each entry of the CSV ``files`` that gives a container nothing (for the doctor)."""
+    by_type = entries(files)
+    out = [("dev", p, f"no character device under {driver.dev_root}") for p in by_type["dev"]
+           if not _devices(driver, p)]
+    for kind in ("dir", "lib", "sym"):
+        out += [(kind, p, why) for p in by_type[kind] if isinstance(why := resolve(driver, kind, p), str)]
+    return out
 
 
 def _devices(driver: Driver, pattern: str) -> list[DeviceNode]:

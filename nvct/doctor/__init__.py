@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 
-from nvct.doctor import cdi, cgroups, config, devices, driver, libraries, permissions, runtimes, standins
+from nvct.doctor import (cdi, cgroups, config, devices, driver, libraries, permissions, platforms, runtimes,
+                         standins)
 from nvct.doctor.model import FAIL, INFO, OK, STATUSES, WARN, Context, Finding, Options
 
 __all__ = ["Finding", "Options", "Context", "GROUPS", "run", "render_text", "render_json", "exit_code",
@@ -27,6 +28,7 @@ __all__ = ["Finding", "Options", "Context", "GROUPS", "run", "render_text", "ren
 #: (group name, checks), in the order they run.
 GROUPS = (
     ("config", config.CHECKS),
+    ("platform", platforms.CHECKS),
     ("driver", driver.CHECKS),
     ("devices", devices.CHECKS),
     ("libraries", libraries.CHECKS),
@@ -43,6 +45,10 @@ def run(options: Options | None = None) -> list[Finding]:
     ctx = Context(options or Options())
     findings: list[Finding] = []
     for group, checks in GROUPS:
+        skipped = platforms.not_applicable(ctx, group, checks)  # WSL2, Tegra: no NVIDIA kernel module
+        if skipped is not None:
+            findings.extend(skipped)
+            continue
         for check in checks:
             try:
                 findings.extend(check(ctx))
