@@ -19,9 +19,8 @@ import socket
 import pytest
 
 from tests.e2e.conftest import expected_nodes, node_config
-from tests.support import cgroupfix
-from tests.support.fixtures import BUSYBOX_IMAGE, BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root
-from tests.support.noderoot import PACKAGES, SCRIPTS, NodeContainerd, NodeRoot, cached_node_root, package_versions
+from tests.support.fixtures import BUSYBOX_IMAGE, BUSYBOX_IMAGE_QUALIFIED
+from tests.support.noderoot import SCRIPTS, NodeContainerd, NodeRoot, entered_node_root
 
 pytestmark = pytest.mark.containers
 
@@ -31,13 +30,7 @@ SPEC = "/var/run/cdi/nvidia.yaml"  # the root's private /run: where nvidia-cdi-r
 
 @pytest.fixture(scope="module")
 def node():
-    need_root("builds and enters a node root")
-    need_binaries("/usr/bin/mmdebstrap", "/usr/bin/nsenter", "/usr/bin/unshare")
-    cgroupfix.ensure_crun_works()
-    root = cached_node_root()
-    versions = package_versions(root, PACKAGES)
-    print(f"\nnode root: {versions}")
-    with NodeRoot(root) as n:
+    with entered_node_root() as n:
         yield n
 
 

@@ -20,10 +20,8 @@ import tomlkit
 
 from tests.e2e.conftest import expected_nodes, node_config
 from tests.runtimes import toml_loads
-from tests.support import cgroupfix
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE, need_binaries, need_root
-from tests.support.noderoot import (CRI_IMAGES, CRI_RUNTIME, PACKAGES, SCRIPTS, NodeContainerd, NodeRoot,
-                                    cached_node_root, package_versions)
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE
+from tests.support.noderoot import CRI_IMAGES, CRI_RUNTIME, SCRIPTS, NodeContainerd, NodeRoot, entered_node_root
 
 pytestmark = pytest.mark.containers
 
@@ -36,14 +34,7 @@ LOG_LINE_SIZE = 12345
 
 @pytest.fixture(scope="module")
 def node():
-    need_root("builds and enters a node root")
-    need_binaries("/usr/bin/mmdebstrap", "/usr/bin/nsenter", "/usr/bin/unshare")
-    cgroupfix.ensure_crun_works()  # before the root's namespace copies the host's /sys
-    root = cached_node_root()
-    versions = package_versions(root, PACKAGES)
-    print(f"\nnode root: {versions}")
-    assert versions["containerd"].startswith("2."), versions  # the suite moved on, or the mirror is old
-    with NodeRoot(root) as n:
+    with entered_node_root() as n:
         yield n
 
 

@@ -20,11 +20,9 @@ import time
 import pytest
 
 from tests.e2e.conftest import expected_nodes
-from tests.support import cgroupfix
 from tests.support.cri import CriError, PodConfig, read_cri_log
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE, need_binaries, need_root
-from tests.support.noderoot import CRI_RUNTIME, PACKAGES, SCRIPTS, NodeContainerd, NodeRoot, cached_node_root, \
-    package_versions
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE
+from tests.support.noderoot import CRI_RUNTIME, SCRIPTS, NodeContainerd, NodeRoot, entered_node_root
 from tests.support.proc import Result, stop_pid, unique_id
 from tests.toolkit.installer import VENV_BIN, Installer
 
@@ -38,13 +36,7 @@ ANNOTATION = "nvidia.cdi.k8s.io/container.app"
 
 @pytest.fixture(scope="module")
 def node():
-    need_root("builds and enters a node root")
-    need_binaries("/usr/bin/mmdebstrap", "/usr/bin/nsenter", "/usr/bin/unshare")
-    cgroupfix.ensure_crun_works()
-    root = cached_node_root()
-    versions = package_versions(root, PACKAGES)
-    assert versions["containerd"].startswith("2."), versions
-    with NodeRoot(root) as n:
+    with entered_node_root() as n:
         yield n
 
 

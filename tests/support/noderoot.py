@@ -20,6 +20,7 @@ checkout, and its programs are ``nvct/scripts/*`` of the checkout.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import hashlib
@@ -28,7 +29,7 @@ import re
 import shutil
 import subprocess
 import time
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from .containerd import Containerd
 from .proc import Result, run, stop_pid
@@ -177,6 +178,26 @@ def package_versions(root: str, packages: Sequence[str]) -> dict[str, str]:
     out = subprocess.run(["dpkg-query", "--admindir", os.path.join(root, "var/lib/dpkg"), "-W", *packages],
                          capture_output=True, text=True, check=True).stdout
     return dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+
+
+@contextlib.contextmanager
+def entered_node_root() -> Iterator["NodeRoot"]:
+    """The cached root (containerd 2.x), entered: what every node test module's ``node`` fixture holds.
+
+    Skips, as the fixtures do, when not root or a build tool is missing.
+    """
+    from . import cgroupfix
+    from .fixtures import need_binaries, need_root
+
+    need_root("builds and enters a node root")
+    need_binaries("/usr/bin/mmdebstrap", "/usr/bin/nsenter", "/usr/bin/unshare")
+    cgroupfix.ensure_crun_works()  # before the root's namespace copies the host's /sys
+    root = cached_node_root()
+    versions = package_versions(root, PACKAGES)
+    print(f"\nnode root: {versions}")
+    assert versions["containerd"].startswith("2."), versions  # the suite moved on, or the mirror is old
+    with NodeRoot(root) as n:
+        yield n
 
 
 class NodeRoot:
