@@ -114,7 +114,7 @@ def _uuids(ctx: Context, spec, fix: str):
         stale = sorted(n for n in names if n.startswith("mig-") and migs is not None and n not in migs)
         if stale:
             yield fail("cdi.fresh", f"{spec.path} names MIG device(s) this node does not have: "
-                       f"{', '.join(stale[:3])}", fix)
+                       f"{', '.join(stale[:3])} (containers asking for them start without a MIG device)", fix)
     if any(n.startswith("gpu-") for n in names):
         new = [g for u, g in have.items() if u not in names]
         if new:

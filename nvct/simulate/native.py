@@ -252,7 +252,8 @@ def topology_header(drv: Driver, topo: Topology) -> str:
             f".multiprocessors = {g.multiprocessors}, .cores = {g.cores}, .vbios = {_c(g.vbios)}, "
             f".board_part_number = {_c(g.board_part_number)}, .serial = {_c(g.serial)}, "
             f".power_limit_mw = {g.power_limit_mw}, .mig_capable = {int(g.mig_capable)}, "
-            f".mig_enabled = {int(g.mig_enabled)}, .max_mig_devices = {g.max_mig_devices}, "
+            f".mig_enabled = {int(g.mig_enabled)}, .persistence_mode = {int(g.persistence_mode)}, "
+            f".max_mig_devices = {g.max_mig_devices}, "
             f".mig_first = {first_mig}, .mig_count = {len(g.mig_devices)}, "
             f".profile_first = {pfirst}, .profile_count = {pcount} }},")
         first_mig += len(g.mig_devices)

@@ -121,6 +121,7 @@ class Gpu:
     mig_enabled: bool
     max_mig_devices: int
     memory_slices: int
+    persistence_mode: bool = True
     mig_devices: tuple = ()
 
     @property
@@ -369,6 +370,7 @@ def _gpu_fields(ctx: _Ctx, entry: Mapping, model: Mapping, key: str, where: str,
         if isinstance(mig_model, Mapping) else 0,
         "memory_slices": ctx.integer(mig_model.get("memory_slices", 8), f"models.{key}.mig.memory_slices", 1, 8)
         if isinstance(mig_model, Mapping) else 0,
+        "persistence_mode": ctx.boolean(entry.get("persistence_mode", True), f"{where}.persistence_mode"),
         "_instances": instances,
         "_where": where,
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,9 @@ MOUNTINFO_V1 = (
 #: A pure cgroup v2 host.
 MOUNTINFO_V2 = "25 1 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
 
+_DOCTOR_CHILD = ("import pickle, sys\nfrom nvct import doctor\n"
+                 "sys.stdout.buffer.write(pickle.dumps(doctor.run(pickle.load(sys.stdin.buffer))))\n")
+
 _STUBS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook")
 
 
@@ -44,6 +48,7 @@ class GpuNode:
         from nvct.simulate import build_node
 
         self.real = real
+        self.rebuilt = False
         self.tmp = str(tmp_path)
         self.dir = os.path.join(self.tmp, "node")
         self.manifest = build_node(self.dir, **build_options)
@@ -66,6 +71,15 @@ class GpuNode:
         self.crio_dir = os.path.join(self.tmp, "crio/crio.conf.d")
         write(os.path.join(self.crio_dir, "99-nvidia.toml"), crio_drop_in(self.stub("nvidia-container-runtime")))
         self.write_cdi_spec()
+
+    def rebuild(self, **build_options) -> None:
+        """The node simulated again in place (another topology, say), with what this class adds to it."""
+        from nvct.simulate import build_node
+
+        self.manifest = build_node(self.dir, **build_options)
+        self.rebuilt = True
+        self._char_links()
+        write(os.path.join(self.dir, "proc/1/mountinfo"), MOUNTINFO_V1)
 
     def stub(self, name: str) -> str:
         return os.path.join(self.bin, name)
@@ -114,7 +128,13 @@ class GpuNode:
     def doctor(self, **overrides):
         from nvct import doctor
 
-        return doctor.run(self.options(**overrides))
+        options = self.options(**overrides)
+        if not self.rebuilt:
+            return doctor.run(options)
+        # A library stays loaded under its path: this process would ask the first build's NVML.
+        proc = subprocess.run([sys.executable, "-c", _DOCTOR_CHILD], input=pickle.dumps(options),
+                              capture_output=True, check=True)
+        return pickle.loads(proc.stdout)
 
     def cli_args(self) -> list[str]:
         """``nvct`` arguments for the same doctor run (without the default PATH, which has no flag)."""

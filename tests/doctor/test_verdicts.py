@@ -171,6 +171,24 @@ def _old_runc(node: GpuNode) -> None:
     _config(node, '"/usr/sbin/runc"', f'"{path}"')
 
 
+def _default_topology(change) -> dict:
+    """The default topology (DGX H100) after ``change(raw)``."""
+    from nvct.simulate import topology
+
+    raw, _ = topology.load(None)
+    change(raw)
+    return raw
+
+
+def _gpu_entry(raw: dict, minor: int) -> dict:
+    return next(g for g in raw["gpus"] if g["minor"] == minor)
+
+
+def _persistence_off(node: GpuNode) -> None:
+    """GPU 3 with persistence mode off (nvidia-persistenced not running for it, say)."""
+    node.rebuild(topology=_default_topology(lambda raw: _gpu_entry(raw, GPU).update(persistence_mode=False)))
+
+
 def _before_note(fix: str) -> str:
     """``CMD (a note)`` -> CMD."""
     return fix.split(" (", 1)[0]
@@ -191,6 +209,10 @@ FAULTS = {
     "host-gpu-node-deleted-persistence": Fault("devices.persistence", "ok", "unknown for GPU(s) 3", True,
                                                lambda n: os.unlink(n.path(f"dev/nvidia{GPU}")), deep=True,
                                                fix="nothing to fix: the other GPUs' mode is on"),
+    # Off: the GPU initializes at each open (slower starts); containers still get it.
+    "persistence-off": Fault("devices.persistence", "warn", "persistence mode is off on GPU(s) 3", True,
+                             _persistence_off, deep=True,
+                             fix="needs nvidia-persistenced or nvidia-smi -pm 1 on a real driver"),
     "node-closed-to-others": Fault("devices.modes", "warn", "non-root container users cannot open it", True,
                                    lambda n: os.chmod(n.path(f"dev/nvidia{GPU}"), 0o660), fix=_before_note),
     "dev-char-link-missing": Fault("devices.char-links", "warn", "systemctl daemon-reload", True,
@@ -326,6 +348,42 @@ def test_a_spec_of_another_root_breaks_when_that_root_goes(tmp_path, rootfs):
     assert not _gets_gpu(node, rootfs, "cdi", "nvidia-smi -L", "gone")
     assert doctor.exit_code(findings) == 1
     assert any(f.status == "fail" and "do not exist" in f.seen for f in by_id(findings, "cdi.fresh"))
+
+
+def _gets_mig(node: GpuNode, rootfs: str, uuid: str, name: str) -> bool:
+    """Whether a container asking the shim (cdi mode) for MIG device ``uuid`` sees it."""
+    bundle = make_bundle(os.path.join(node.tmp, f"bundle-{name}"), rootfs, ["nvidia-smi", "-L"],
+                         env=[PATH_ENV, f"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu={uuid}"])
+    result = run_container([SHIM], bundle, env=_env(node, PATH=os.environ.get("PATH", "/usr/bin:/bin")))
+    return result.rc == 0 and f"UUID: {uuid}" in result.stdout
+
+
+def test_a_spec_naming_replaced_mig_devices_fails_deep_and_in_the_container(tmp_path, rootfs):
+    """cdi.fresh --deep: after the spec was generated, GPU 0's MIG devices were made again (other GPU
+    instances, new UUIDs). A container asking for the spec's old MIG name gets no MIG device; doctor
+    --deep fails naming it, and its fix (regenerate) gives containers the new ones."""
+    need_runtime("runc")
+    node = GpuNode(tmp_path, mode="cdi", real=True)
+    stale = node.manifest["gpus"][0]["mig_devices"][0]["uuid"]
+    assert _gets_mig(node, rootfs, stale, "before")
+    node.rebuild(topology=_default_topology(lambda raw: _gpu_entry(raw, 0)["mig"].update(
+        instances=["1g.10gb", "1g.10gb"])))
+    new = node.manifest["gpus"][0]["mig_devices"][0]["uuid"]
+    assert new != stale
+
+    findings = node.doctor(deep=True)
+    report = doctor.render_text(findings)
+    assert not _gets_mig(node, rootfs, stale, "stale")
+    assert doctor.exit_code(findings) == 1, report
+    failed = [f for f in by_id(findings, "cdi.fresh") if f.status == "fail"]
+    assert len(failed) == 1 and stale.lower() in failed[0].seen.lower(), report
+    assert "start without a MIG device" in failed[0].seen, report
+    proc = subprocess.run(["sh", "-ec", failed[0].fix], capture_output=True, text=True, timeout=120,
+                          env=_env(node, PATH=f"{VENV_BIN}:{os.environ['PATH']}"))
+    assert proc.returncode == 0, (failed[0].fix, proc.stderr)
+    after = node.doctor(deep=True)
+    assert [f for f in by_id(after, "cdi.fresh") if f.status in ("warn", "fail")] == [], doctor.render_text(after)
+    assert _gets_mig(node, rootfs, new, "fixed")
 
 
 def _env(node: GpuNode, **extra) -> dict:
@@ -728,8 +786,7 @@ COVERAGE = {
     "devices.check_nodes": ["host-gpu-node-deleted", "every-host-node-deleted", "host-node-wrong-numbers"],
     "devices.check_modes": ["node-closed-to-others"],
     "devices.check_char_links": ["dev-char-link-missing"],
-    # the simulated NVML reports persistence on for every GPU: "off" is only tested against fakes
-    "devices.check_persistence": ["host-gpu-node-deleted-persistence"],
+    "devices.check_persistence": ["persistence-off", "host-gpu-node-deleted-persistence"],
     "libraries.check_ldcache": ["ld-cache-corrupt"],
     "libraries.check_versions": ["module-of-another-version"],
     "libraries.check_required": ["libcuda-of-another-driver", "nvml-not-in-cache"],
@@ -744,9 +801,9 @@ COVERAGE = {
     # Debian 12 has no cri-o package: the runtime path is run by conmon, as cri-o would
     "runtimes.check_crio": ["test_a_crio_runtime_that_is_gone_fails_in_doctor_and_under_conmon"],
     "cdi.check_specs": ["cdi-mode-without-spec"],
-    # --deep's stale MIG UUIDs: the simulated node's MIG layout is fixed at build; not run here
     "cdi.check_fresh": ["cdi-spec-of-another-root", "cdi-host-path-gone",
-                        "test_a_spec_of_another_root_breaks_when_that_root_goes"],
+                        "test_a_spec_of_another_root_breaks_when_that_root_goes",
+                        "test_a_spec_naming_replaced_mig_devices_fails_deep_and_in_the_container"],
     "cdi.check_hook_env": ["cdi-hook-without-env"],
     "cdi.check_writable_mounts": ["cdi-writable-directory"],
     "cgroups.check_version": ["no-cgroup-mounts"],

@@ -79,6 +79,11 @@ def test_more_gpus_are_synthetic_with_minors_in_order(raw):
     assert topo.gpus[0].mig_enabled and not topo.gpus[1].mig_enabled
 
 
+def test_persistence_mode_is_on_unless_a_gpu_says_off(raw):
+    raw["gpus"][3]["persistence_mode"] = False
+    assert [g.persistence_mode for g in resolve(raw).gpus] == [True] * 3 + [False] + [True] * 4
+
+
 def test_index_follows_pci_order_not_minor(raw):
     raw["gpus"][0]["minor"], raw["gpus"][1]["minor"] = 1, 0
     topo = resolve(raw)
@@ -104,6 +109,7 @@ def test_highest_free_placement_is_taken(raw):
     (lambda r: r["gpus"][0].update(minor=254), "gpus[0].minor: must be an integer in [0, 253]"),
     (lambda r: r["gpus"][0].update(model="A100"), "gpus[0].model: unknown model 'A100'"),
     (lambda r: r["gpus"][0].update(uuid="GPU-1"), "gpus[0].uuid: invalid GPU UUID"),
+    (lambda r: r["gpus"][2].update(persistence_mode="off"), "gpus[2].persistence_mode: must be true or false"),
     (lambda r: r["gpus"][0]["mig"].update(instances=["9g.90gb"]), "unknown MIG profile '9g.90gb'"),
     (lambda r: r["gpus"][0]["mig"].update(instances=["3g.40gb"] * 3), "at most 2 instance(s) of 3g.40gb"),
     (lambda r: r["gpus"][0]["mig"].update(instances=["7g.80gb", "1g.10gb"]), "no free placement left"),

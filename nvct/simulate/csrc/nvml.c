@@ -584,7 +584,9 @@ static nvmlReturn_t gpu_uint(nvmlDevice_t device, unsigned int *out, unsigned in
 
 EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode)
 {
-    return gpu_uint(device, (unsigned int *)mode, 1);
+    GPU_ONLY(device, mode);
+    *mode = g->persistence_mode;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, int *isActive)

@@ -28,6 +28,7 @@ struct sim_gpu {
     const char *vbios, *board_part_number, *serial;
     unsigned int power_limit_mw;
     int mig_capable, mig_enabled;
+    int persistence_mode;              /* NVML_FEATURE_ENABLED (1) or DISABLED (0) */
     unsigned int max_mig_devices;
     int mig_first, mig_count;          /* into sim_migs */
     int profile_first, profile_count;  /* into sim_profiles */

@@ -35,6 +35,7 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t, int *, int *);
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t, int, unsigned int *);
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t, unsigned int *);
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t, unsigned int *);
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t, int *);
 
 #define MIB 1048576ULL
 #define RULE "+-----------------------------------------------------------------------------------------+\n"
@@ -112,7 +113,7 @@ static void table(unsigned int count)
     nvmlMemory_t mem;
     nvmlDevice_t d, m;
     time_t t = time(NULL);
-    int any_mig = 0;
+    int any_mig = 0, persistence;
 
     strftime(now, sizeof now, "%a %b %e %H:%M:%S %Y", localtime(&t));
     nvmlSystemGetDriverVersion(driver, sizeof driver);
@@ -135,7 +136,9 @@ static void table(unsigned int count)
         nvmlDeviceGetPowerUsage(d, &power);
         nvmlDeviceGetEnforcedPowerLimit(d, &limit);
         any_mig |= mig_enabled(d);
-        snprintf(a, sizeof a, "%4u  %-28.28s%5s  ", i, name, "On");
+        persistence = 0;
+        nvmlDeviceGetPersistenceMode(d, &persistence);
+        snprintf(a, sizeof a, "%4u  %-28.28s%5s  ", i, name, persistence ? "On" : "Off");
         snprintf(b, sizeof b, "%19s Off ", pci.busId);
         snprintf(c, sizeof c, "%21s ", mig_enabled(d) ? "On" : "0");
         row3(a, b, c);
