@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import nvct
 from tests.support.fixtures import need_root
-from tests.support.legacy_front import age
+from tests.support.legacy_front import age, request_specs, write_spec
 
 SCRIPT = os.path.join(os.path.dirname(nvct.__file__), "scripts", "nvidia-container-runtime-hook")
 REAL_HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-container-runtime-hook")
@@ -207,12 +207,7 @@ def test_missing_bundle_config_goes_to_python(front, tmp_path):
 _PIECES = ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICE", "CUDA_VERSION", "CUDA_", "cdi.k8s.io/", "cdi.k8s.io",
            "/var/run/nvidia-container-devices", "/var/run/nvidia-container-device", "x.io/", "x.io",
            "DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE", "\\", "\\u0043", "=", "/", "é", "\n", "a"]
-_TEXT = st.lists(st.sampled_from(_PIECES), max_size=5).map("".join)
-_SPECS = st.fixed_dictionaries({"root": st.just({"path": "rootfs"})}, optional={
-    "process": st.fixed_dictionaries({"env": st.lists(_TEXT, max_size=3)}),
-    "annotations": st.dictionaries(_TEXT, _TEXT, max_size=2),
-    "mounts": st.lists(st.fixed_dictionaries({"destination": _TEXT, "source": st.just("/dev/null")}), max_size=2),
-})
+_SPECS = request_specs(_PIECES, 5)
 
 
 @pytest.mark.parametrize("text", [
@@ -231,9 +226,7 @@ def test_the_front_decides_as_python_on_any_spec(tmp_path, text):
     @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(spec=_SPECS, ascii_only=st.booleans())
     def check(spec, ascii_only):
-        raw = json.dumps(spec, ensure_ascii=ascii_only, separators=(",", ":")).encode()
-        with open(os.path.join(bundle, "config.json"), "wb") as f:
-            f.write(raw)
+        raw = write_spec(bundle, spec, ascii_only=ascii_only)
         assert front.run(_state(bundle)).returncode == 0
         assert front.record.exists() == request.might_request_gpu(raw, config), raw
 

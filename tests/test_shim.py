@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from nvct import parsecache
 from nvct.edits import HOOK_ENV
 from tests.support.fixtures import need_root
-from tests.support.legacy_front import Front, age, shim_env
+from tests.support.legacy_front import Front, age, request_specs, shim_env, write_spec
 
 BIN = os.path.dirname(sys.executable)
 SHIM = os.path.join(BIN, "nvidia-container-runtime")
@@ -390,12 +390,7 @@ _PIECES = ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICE", "nvidia_visible_de
            "/var/run/nvidia-container-devices", "/var/run/nvidia-container-device", "cdi.k8s.io/", "cdi.k8s.io",
            "DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_GP", "ALT_GPU", "x.io/", "x.io", "a.b*[c]^$/", "a.b*[c]^$", "ü/",
            "u/", "a", "b/", "\\", "\\u004e", "=", "/", "\n", "\t", "é", "\x00", " "]
-_TEXT = st.lists(st.sampled_from(_PIECES), max_size=6).map("".join)
-_SPECS = st.fixed_dictionaries({"root": st.just({"path": "rootfs"})}, optional={
-    "process": st.fixed_dictionaries({"env": st.lists(_TEXT, max_size=3)}),
-    "annotations": st.dictionaries(_TEXT, _TEXT, max_size=2),
-    "mounts": st.lists(st.fixed_dictionaries({"destination": _TEXT, "source": st.just("/dev/null")}), max_size=2),
-})
+_SPECS = request_specs(_PIECES, 6)
 
 
 #: Configs with a name a line of grep's pattern file cannot hold (a newline): the front sends every
@@ -431,9 +426,7 @@ def test_the_front_decides_as_python_on_any_spec(fronts, name):
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(spec=_SPECS, ascii_only=st.booleans())
     def check(spec, ascii_only):
-        raw = json.dumps(spec, ensure_ascii=ascii_only, separators=(",", ":")).encode()
-        with open(os.path.join(bundle, "config.json"), "wb") as f:
-            f.write(raw)
+        raw = write_spec(bundle, spec, ascii_only=ascii_only)
         before = len(open(front.log).read().splitlines())
         r = subprocess.run(_private(front, [front.shim, "create", "--bundle", bundle, "c1"]), env=shim_env(config),
                            capture_output=True, timeout=60)

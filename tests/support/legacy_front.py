@@ -100,3 +100,29 @@ def run(front: Front, config: str, bundle: str | os.PathLike, log_file: str | No
 def shim_env(config: str) -> dict[str, str]:
     """The environment an engine gives the shim: its PATH, and the config file."""
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NVIDIA_CTK_CONFIG_FILE_PATH": config}
+
+
+def request_specs(pieces: list[str], max_pieces: int):
+    """Hypothesis specs whose env, annotations and mount destinations are run together from ``pieces``.
+
+    The pieces are the names a GPU request may use, whole, cut and escaped: a
+    front must decide on such a spec as nvct.request.might_request_gpu does.
+    """
+    from hypothesis import strategies as st
+
+    text = st.lists(st.sampled_from(pieces), max_size=max_pieces).map("".join)
+    return st.fixed_dictionaries({"root": st.just({"path": "rootfs"})}, optional={
+        "process": st.fixed_dictionaries({"env": st.lists(text, max_size=3)}),
+        "annotations": st.dictionaries(text, text, max_size=2),
+        "mounts": st.lists(st.fixed_dictionaries({"destination": text, "source": st.just("/dev/null")}), max_size=2),
+    })
+
+
+def write_spec(bundle: str, spec: dict, *, ascii_only: bool) -> bytes:
+    """``bundle``/config.json as an engine writes it (one line; non-ASCII as is or escaped): its bytes."""
+    import json
+
+    raw = json.dumps(spec, ensure_ascii=ascii_only, separators=(",", ":")).encode()
+    with open(os.path.join(bundle, "config.json"), "wb") as f:
+        f.write(raw)
+    return raw
