@@ -168,7 +168,12 @@ def _info(values: dict, argv: list[str]) -> int:
     opts, operands = parse(argv, INFO)
     if operands:
         raise UsageError(f"info: unexpected argument {operands[0]!r}")
-    head, gpus = info_rows(_driver(_config(values)))
+    driver = _driver(_config(values))
+    platform = _platform(driver)
+    if platform:
+        raise NvctError(f"info: {platform} has no NVIDIA kernel module or NVML to report (list, `nvct explain` "
+                        "and `nvct doctor` show what its containers get)")
+    head, gpus = info_rows(driver)
     out = []
     if "csv" in opts:
         out.append("NVRM version,CUDA version")
@@ -237,8 +242,15 @@ def _list(values: dict, argv: list[str]) -> int:
         raise UsageError(f"list: unexpected argument {operands[0]!r}")
     everything = not argv
     devices = ("all",) if everything else (_ids(opts, "device") or None)
+    config = _config(values)
+    driver = _driver(config)
+    if _platform(driver):
+        paths = _platform_paths(driver, config, devices=devices is not None,
+                                files=everything or "libraries" in opts or "binaries" in opts)
+        sys.stdout.write("".join(p + "\n" for p in paths))
+        return 0
     paths = list_paths(
-        _driver(_config(values)),
+        driver,
         devices=devices,
         mig_config=("all",) if everything else _ids(opts, "mig-config"),
         mig_monitor=("all",) if everything else _ids(opts, "mig-monitor"),
@@ -247,6 +259,29 @@ def _list(values: dict, argv: list[str]) -> int:
         compat32=everything or "compat32" in opts)
     sys.stdout.write("".join(p + "\n" for p in paths))
     return 0
+
+
+def _platform(driver) -> str | None:
+    """"a WSL2 node" or "a Tegra board" (no NVIDIA kernel module: nvct.wsl, nvct.csvmode), else None."""
+    from nvct import csvmode, wsl
+
+    if wsl.is_wsl(driver):
+        return "a WSL2 node"
+    return "a Tegra board" if csvmode.is_tegra(driver) else None
+
+
+def _platform_paths(driver, config, *, devices: bool, files: bool) -> list[str]:
+    """Host paths a GPU container gets on a WSL2 node or a Tegra board: device nodes, then files."""
+    from nvct import csvmode, wsl
+
+    if wsl.is_wsl(driver):
+        nodes = [driver.dev_host_path(wsl.DXG)]
+        paths = [driver.host_path(real) for _, real in wsl.files(driver)]
+    else:
+        edits = csvmode.container_edits(driver, csvmode.csv_files(csvmode.mount_spec_path(config)), hook_path="")
+        nodes = [n.host_path for n in edits.device_nodes]
+        paths = [m.host_path for m in edits.mounts]
+    return (nodes if devices else []) + (paths if files else [])
 
 
 # --- configure --------------------------------------------------------------

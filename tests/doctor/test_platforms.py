@@ -109,3 +109,29 @@ def test_wsl_node_passes_and_a_missing_dxg_fails_as_its_container_does(tmp_path,
     result = run_gpu(tmp_path / "broken", wsl, rootfs, mode="jit-cdi", env=["NVIDIA_VISIBLE_DEVICES=all"],
                      command="test -c /dev/dxg && echo DXG")
     assert not result.ok and "Traceback" not in result.stderr, result.describe()
+
+
+@pytest.mark.parametrize("platform", ["wsl", "tegra"])
+def test_nvidia_container_cli_on_a_platform_node(tmp_path, platform, request):
+    """``list`` gives the host paths a GPU container gets there; ``info`` (module and NVML facts) says in one
+    line why it has nothing to report."""
+    import subprocess
+
+    from tests.e2e.conftest import VENV_BIN
+
+    node = request.getfixturevalue(platform)
+    env = {**os.environ, "NVIDIA_CTK_CONFIG_FILE_PATH": node["config"]}
+    cli = os.path.join(VENV_BIN, "nvidia-container-cli")
+    info = subprocess.run([cli, "info"], capture_output=True, text=True, env=env, timeout=60)
+    assert info.returncode == 1 and info.stderr.count("\n") == 1, info
+    assert "has no NVIDIA kernel module or NVML" in info.stderr and "Traceback" not in info.stderr, info
+    listed = subprocess.run([cli, "list"], capture_output=True, text=True, env=env, timeout=60)
+    assert listed.returncode == 0, listed
+    root = node["roots"]["driver_root"]
+    if platform == "wsl":
+        want = ["/dev/dxg", *node["injected"]]
+    else:
+        inside = tuple(d + "/" for d in node["directories"])  # a listed dir is one mount
+        want = [*node["devices"], *node["directories"],
+                *(f for f in node["files"] if not f.startswith(("/sys/", *inside)))]
+    assert sorted(listed.stdout.split()) == sorted(root + p for p in want), listed.stdout
