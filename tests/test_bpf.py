@@ -48,8 +48,8 @@ def _opens(cgroup: str, *paths: str) -> list[str]:
     return out.stdout.split()
 
 
-def _attach(cgroup: str, code: bytes) -> None:
-    fd = bpf.load(code, "nvct_test")
+def _attach(cgroup: str, code: bytes, name: str = "nvct_test") -> None:
+    fd = bpf.load(code, name)
     cg = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
     try:
         bpf.attach(cg, fd, bpf.F_ALLOW_MULTI)
@@ -124,20 +124,10 @@ ALLOW_ALL = bpf.insn(0xB7, 0, imm=1) + bpf.insn(0x95)
 RUNTIME_MEM_READ = _compile([("c", 1, None, "r", True)])
 
 
-def _attach_named(cgroup: str, code: bytes, name: str) -> None:
-    fd = bpf.load(code, name)
-    cg = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        bpf.attach(cg, fd, bpf.F_ALLOW_MULTI)
-    finally:
-        os.close(cg)
-        os.close(fd)
-
-
 @needs_cgroup2
 def test_only_the_runtimes_program_is_extended(cgroup):
-    _attach_named(cgroup, RUNTIME_MEM_READ, "")
-    _attach_named(cgroup, ALLOW_ALL, "site_allow")
+    _attach(cgroup, RUNTIME_MEM_READ, "")
+    _attach(cgroup, ALLOW_ALL, "site_allow")
     (runtime, _), policy = _programs(cgroup)
     assert bpf.allow_char_devices(cgroup, [(1, 3)]) == []
     after = _programs(cgroup)
@@ -153,8 +143,8 @@ def test_only_the_runtimes_program_is_extended(cgroup):
     DENY_ALL,
 ])
 def test_a_policy_that_denies_a_granted_device_fails_naming_it_and_changes_nothing(cgroup, policy):
-    _attach_named(cgroup, RUNTIME_MEM_READ, "")
-    _attach_named(cgroup, policy, "site_deny")
+    _attach(cgroup, RUNTIME_MEM_READ, "")
+    _attach(cgroup, policy, "site_deny")
     before = _programs(cgroup)
     with pytest.raises(bpf.PolicyError) as info:
         bpf.allow_char_devices(cgroup, [(195, 0), (1, 3)])
@@ -166,8 +156,8 @@ def test_a_policy_that_denies_a_granted_device_fails_naming_it_and_changes_nothi
 
 @needs_cgroup2
 def test_systemds_program_is_the_runtimes_too(cgroup):
-    _attach_named(cgroup, _compile([], default=False), bpf.SYSTEMD_NAME)
-    _attach_named(cgroup, RUNTIME_MEM_READ, "")
+    _attach(cgroup, _compile([], default=False), bpf.SYSTEMD_NAME)
+    _attach(cgroup, RUNTIME_MEM_READ, "")
     bpf.allow_char_devices(cgroup, [(1, 3)])
     assert [name for _, name in _programs(cgroup)] == [bpf.PROGRAM_NAME, bpf.PROGRAM_NAME]
     assert _opens(cgroup, "/dev/null", "/dev/zero") == ["ok", "no"]
@@ -175,8 +165,8 @@ def test_systemds_program_is_the_runtimes_too(cgroup):
 
 @needs_cgroup2
 def test_a_runtime_nvct_does_not_know_is_the_first_program(cgroup):
-    _attach_named(cgroup, ALLOW_MEM_READ, "")  # not the shared head
-    _attach_named(cgroup, ALLOW_ALL, "site_allow")
+    _attach(cgroup, ALLOW_MEM_READ, "")  # not the shared head
+    _attach(cgroup, ALLOW_ALL, "site_allow")
     policy = _programs(cgroup)[1]
     bpf.allow_char_devices(cgroup, [(1, 3)])
     assert _programs(cgroup)[1] == policy
@@ -186,8 +176,8 @@ def test_a_runtime_nvct_does_not_know_is_the_first_program(cgroup):
 @needs_cgroup2
 def test_a_policy_nvct_cannot_follow_is_left_alone_and_reported(cgroup):
     stack = bpf.insn(0x62, 10, off=-4, imm=1) + bpf.insn(0x61, 0, 10, -4) + bpf.insn(0x57, 0, imm=1) + bpf.insn(0x95)
-    _attach_named(cgroup, RUNTIME_MEM_READ, "")
-    _attach_named(cgroup, stack, "site_stack")
+    _attach(cgroup, RUNTIME_MEM_READ, "")
+    _attach(cgroup, stack, "site_stack")
     policy = _programs(cgroup)[1]
     notes = bpf.allow_char_devices(cgroup, [(1, 3)])
     assert len(notes) == 1 and f"device program {policy[0]} (site_stack)" in notes[0]
