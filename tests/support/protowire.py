@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from nvct.nri.wire import message as submessage
-from nvct.nri.wire import parse, string, uint
+from nvct.nri.wire import get_map, parse, string, uint
 
 __all__ = ["field", "get_int", "get_map", "get_msg", "get_str", "message", "parse", "repeated", "string_map",
            "submessage"]
@@ -55,11 +55,3 @@ def get_int(fields: dict, num: int, default: int = 0, *, signed: bool = True) ->
 def get_msg(fields: dict, num: int) -> dict:
     values = fields.get(num)
     return parse(values[-1]) if values else {}
-
-
-def get_map(fields: dict, num: int) -> dict[str, str]:
-    out = {}
-    for entry in fields.get(num, []):
-        kv = parse(entry)
-        out[get_str(kv, 1)] = get_str(kv, 2)
-    return out
