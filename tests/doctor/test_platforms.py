@@ -135,3 +135,18 @@ def test_nvidia_container_cli_on_a_platform_node(tmp_path, platform, request):
         want = [*node["devices"], *node["directories"],
                 *(f for f in node["files"] if not f.startswith(("/sys/", *inside)))]
     assert sorted(listed.stdout.split()) == sorted(root + p for p in want), listed.stdout
+
+
+@pytest.mark.parametrize("platform", ["wsl", "tegra"])
+def test_explain_on_a_platform_node_shows_the_platform_edits(platform, request):
+    import subprocess
+
+    from tests.e2e.conftest import VENV_BIN
+
+    node = request.getfixturevalue(platform)
+    env = {**os.environ, "NVIDIA_CTK_CONFIG_FILE_PATH": node["config"]}
+    out = subprocess.run([os.path.join(VENV_BIN, "nvct"), "explain", "-e", "NVIDIA_VISIBLE_DEVICES=all"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out
+    want = ["/dev/dxg", *node["injected"]] if platform == "wsl" else [*node["devices"], CUDA]
+    assert all(f"    {p} " in out.stdout for p in want), out.stdout
