@@ -809,6 +809,8 @@ COVERAGE = {
     "cgroups.check_version": ["no-cgroup-mounts"],
     "permissions.check_chain": ["test_a_world_writable_toolkit_library_fails_and_really_gives_root"],
     "standins.check_standins": ["test_standins.py"],
+    "platforms.check_tegra": ["test_platforms.py"],  # a CSV-listed libcuda deleted, on an arm64 container
+    "platforms.check_wsl": ["test_platforms.py"],  # /dev/dxg removed
 }
 
 
