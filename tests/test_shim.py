@@ -66,12 +66,14 @@ def test_non_gpu_container_passes_through_with_spec_untouched(tmp_path, fake_run
 
 def test_passthrough_imports_nothing_heavy(tmp_path, fake_runc):
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=void"])
-    code = ("import os, sys; os.execv = lambda *a: None; sys.argv = [%r];"
+    # The shim's exec is replaced (every exec* form), so the process lives on to list its modules.
+    code = ("import os, sys; os.execv = os.execve = lambda *a: None; sys.argv = [%r];"
             "from nvct.shim import main; main(['create', '--bundle', %r, 'x']);"
-            "print(' '.join(m for m in %r if m in sys.modules))" % (SHIM, str(bundle), HEAVY))
+            "print('heavy:', *(m for m in %r if m in sys.modules))" % (SHIM, str(bundle), HEAVY))
     env = {"NVIDIA_CTK_CONFIG_FILE_PATH": _config(tmp_path, fake_runc), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == []
+    assert out.stdout.split() == ["heavy:"]
+    assert not (tmp_path / "argv").exists()  # the fake runtime never ran
 
 
 def test_bundle_defaults_to_cwd(tmp_path, fake_runc):
