@@ -50,7 +50,8 @@ def test_the_hooks_run_the_program_nvidia_ctk_path_names(tmp_path, sim_node, roo
     with open(log) as f:
         [call] = f.read().splitlines()
     head = "hook chain " if program == "nvidia-ctk" else "chain "
-    assert call.startswith(head + ("--container-root " if mode == "jit-cdi" else "create-symlinks "))
+    # A generated spec's chain checks NVIDIA_REQUIRE_* first (docs/cdi.md).
+    assert call.startswith(head + ("--container-root " if mode == "jit-cdi" else "check-requirements "))
 
 
 def test_nvct_path_wins_over_nvidia_ctk_path(tmp_path, sim_node, rootfs):
