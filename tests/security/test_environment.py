@@ -97,8 +97,14 @@ def front(request, tmp_path):
     (bindir / "python3").write_text(f"#!/bin/sh\nexec /usr/bin/env -0 > {record}\n")
     (bindir / "python3").chmod(0o755)
 
+    # As root, an empty /run of its own: a record the host's /run/nvct holds for the default config
+    # would have the runtime front exec that runtime instead of the interpreter.
+    private_run = ["unshare", "-m", "/bin/sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "-"]
+
     def run(program: str, env: dict, *args: str) -> dict:
-        subprocess.run([*shell, str(bindir / program), *args], env=env, check=True, timeout=30, cwd=tmp_path)
+        argv = [*shell, str(bindir / program), *args]
+        subprocess.run([*private_run, *argv] if os.geteuid() == 0 else argv, env=env, check=True, timeout=30,
+                       cwd=tmp_path)
         got = dict(item.split("=", 1) for item in record.read_text().split("\0") if item)
         record.unlink()
         return got
