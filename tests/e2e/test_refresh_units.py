@@ -141,7 +141,11 @@ def systemd_node(tmp_path):
     spec = shared / "nvidia.yaml"
     env_file = (f"NVIDIA_CTK_CDI_OUTPUT_FILE_PATH={spec}\n"
                 f"NVIDIA_CTK_CONFIG_FILE_PATH={node_dir}/nvct-config.toml\n")
-    box = SystemdContainer(str(tmp_path / "sd"), [str(shared)], prepare=(
+    # The checkout and its interpreter at their own paths: the container's /tmp is a tmpfs of its own,
+    # and a clone may live under /tmp (the link to nvidia-ctk below must resolve inside).
+    binds = [str(shared), str(REPO)] + [p for p in {os.path.realpath(os.path.dirname(VENV_BIN))}
+                                       if not p.startswith(str(REPO) + "/")]
+    box = SystemdContainer(str(tmp_path / "sd"), binds, prepare=(
         f"cp -r {UNITS}/. $ROOT/etc/systemd/system/; "
         f"ln -sf {VENV_BIN}/nvidia-ctk $ROOT/usr/bin/nvidia-ctk; "
         "printf '#!/bin/sh\\n' > $ROOT/usr/bin/nvidia-smi; chmod 755 $ROOT/usr/bin/nvidia-smi; "
