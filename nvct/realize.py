@@ -51,17 +51,23 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     procfs = ([], []) if wsl.is_wsl(driver) or csvmode.is_tegra(driver) else procfs_view(
         request, driver, injection.selection_for(request, driver, config))
     compat = config.get("nvidia-container-runtime.modes.legacy.cuda-compat-mode") != "disabled"
-    namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, procfs, spec, bundle, devbind, compat)
+    from nvct.rootfs import root_identity
+
+    # Verified here, in the host's mount namespace: in the container's, the runtime may have
+    # mounted another directory over root.path (it lost a race against the path's owner).
+    identity = root_identity(rootfs, ocispec.root_owners(spec or {}))
+    namespaces.in_mount_namespace_of(pid, _inside, edits, rootfs, driver, procfs, spec, bundle, devbind, compat,
+                                     identity)
     return edits
 
 
 def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bundle, devbind=True,
-            compat=True) -> None:
+            compat=True, identity: tuple[int, int] | None = None) -> None:
     from nvct import ocispec
     from nvct.hooks import steps
     from nvct.rootfs import Rootfs
 
-    with Rootfs(rootfs, owners=ocispec.root_owners(spec or {})) as root:  # opened once, for every write
+    with Rootfs(rootfs, owners=ocispec.root_owners(spec or {}), same_as=identity) as root:  # once, for every write
         for node in edits.device_nodes if devbind else ():
             root.mknod(node.path, node.type, node.major, node.minor,
                        node.file_mode if node.file_mode is not None else 0o666, node.uid, node.gid)

@@ -249,6 +249,21 @@ def open_root(path: str, owners: Sequence[int] = ()) -> int:
     return fd
 
 
+def root_identity(path: str, owners: Sequence[int] = ()) -> tuple[int, int]:
+    """(st_dev, st_ino) of the verified root at ``path`` (:func:`open_root`), for ``Rootfs(same_as=)``.
+
+    Taken in the host's mount namespace, where only root can mount: in the
+    container's, the runtime may have mounted another directory over the
+    root's name (it resolved ``root.path`` while an owner had swapped it).
+    """
+    fd = open_root(path, owners)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return st.st_dev, st.st_ino
+
+
 def _procfd(fd: int) -> str:
     return f"/proc/self/fd/{fd}"
 
@@ -268,13 +283,23 @@ class Rootfs:
     Use as a context manager (``with Rootfs(path) as root: ...``); the root fd
     is closed on exit. Errors are :class:`ContainerError` naming the path.
     The root is opened by :func:`open_root` (``owners``: see there); hand the
-    object itself to whatever else writes, never its path.
+    object itself to whatever else writes, never its path. ``same_as``: the
+    root's :func:`root_identity` from the host's mount namespace; a root
+    opened in the container's must be that very directory.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, owners: Sequence[int] = ()):
+    def __init__(self, root: str | os.PathLike[str], *, owners: Sequence[int] = (),
+                 same_as: tuple[int, int] | None = None):
         self.path = os.fspath(root)
         self._fd = -1
         self._fd = open_root(self.path, owners)
+        if same_as is not None:
+            st = os.fstat(self._fd)
+            if (st.st_dev, st.st_ino) != tuple(same_as):
+                self.close()
+                raise UnsafeRootError(f"container root {self.path}: the runtime set up another directory "
+                                      "there than the one verified on the host (its path was swapped "
+                                      "while the runtime resolved it); refusing to write into it")
         self._ns = _mount_ns()
         self._literal_mounts: dict[str, int] = {}
 

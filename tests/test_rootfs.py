@@ -127,6 +127,30 @@ def test_a_root_is_owned_by_root_or_the_container_root_user(resolver, root_dir):
         assert root.exists("/")
 
 
+def _open_over(root_dir: str, other: str, identity) -> str:
+    rootfs.mount(other, root_dir, None, rootfs.MS_BIND)  # as crun does when the owner swapped root.path
+    try:
+        Rootfs(root_dir, same_as=identity)
+    except rootfs.UnsafeRootError as e:
+        return str(e)
+    finally:
+        rootfs.umount(root_dir, rootfs.MNT_DETACH)
+    return "opened"
+
+
+@needs_root
+def test_a_root_the_runtime_mounted_another_directory_over_is_refused(resolver, root_dir, tmp_path):
+    """The legacy hook's root in the container's mount namespace must be the directory verified on the host."""
+    (tmp_path / "host").mkdir()
+    identity = rootfs.root_identity(str(root_dir))
+    with Rootfs(root_dir, same_as=identity) as root:
+        assert root.exists("/")
+    text = in_private_mount_namespace(_open_over, str(root_dir), str(tmp_path / "host"), identity)
+    assert text == (f"container root {root_dir}: the runtime set up another directory there than the one "
+                    "verified on the host (its path was swapped while the runtime resolved it); "
+                    "refusing to write into it")
+
+
 def test_the_root_stays_the_one_opened(root, root_dir, tmp_path):
     """A swap of the root's path after opening changes nothing: every operation starts from the fd."""
     (tmp_path / "other").mkdir()
