@@ -13,7 +13,7 @@ import pytest
 @pytest.fixture(scope="session", autouse=True)
 def _private_nvct_state(tmp_path_factory):
     """``nvct runtime configure`` lists what it configured for package removal
-    (nvct.runtimes.configured): the suite's configs go to a list of its own."""
+    (nvct.engines.configured): the suite's configs go to a list of its own."""
     os.environ["NVCT_STATE_DIR"] = str(tmp_path_factory.mktemp("nvct-state"))
 
 

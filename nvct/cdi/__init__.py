@@ -1,6 +1,6 @@
 """The Container Device Interface: specs on disk, and nvct's use of them.
 
-* :mod:`nvct.cdi.names` -- kinds (``vendor/class``) and device names;
+* :mod:`nvct.request.cdinames` -- kinds (``vendor/class``) and device names;
 * :mod:`nvct.cdi.version` and :mod:`nvct.cdi.schema` -- what each ``cdiVersion``
   allows, and the lowest version a spec needs;
 * :mod:`nvct.cdi.spec` -- reading, validating and writing one spec file;

@@ -104,7 +104,7 @@ def _scalar(value: Any) -> str:
             return value
         if not (value.isascii() and value.isprintable()):
             raise _NotPlainAscii
-        from nvct import jsoncodec
+        from nvct.base import jsoncodec
 
         return jsoncodec.dumps(value)
     if value is None:

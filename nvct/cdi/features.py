@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.edits import ContainerEdits
+from nvct.edits.model import ContainerEdits
 
 TYPE_CHECKING = False  # typing costs an import
 if TYPE_CHECKING:
@@ -61,8 +61,8 @@ class Generation:
     def __init__(self, features: Iterable[str] = (), disabled_hooks: Iterable[str] = (),
                  enabled_hooks: Iterable[str] = (), *, what: str = "--feature-flag",
                  hooks_what: str = "--disable-hook"):
-        from nvct.errors import NvctError
-        from nvct.log import logger
+        from nvct.base.errors import NvctError
+        from nvct.base.log import logger
 
         self.features = frozenset(_ALIASES.get(f, f) for f in features)
         for flag in sorted(self.features - set(FEATURES)):
@@ -106,7 +106,7 @@ class Generation:
         """The :data:`EXPLICIT_LIBRARY_NAMES` the driver root's ld cache has, when the flag is on."""
         if EXPLICIT_LIBRARIES not in self.features:
             return []
-        from nvct.driver import Library, resolve_in_root
+        from nvct.discover.driver import Library, resolve_in_root
 
         out, seen = [], set()
         for entry in driver.cache_entries():
@@ -126,7 +126,7 @@ class Generation:
         ``gids=False``: never (specs written to disk: additional gids need CDI
         0.7.0, which podman 4.3 cannot read; docs/cdi.md, "Differences from the reference").
         """
-        from nvct import injection
+        from nvct.edits import build as injection
         from nvct.hooks.steps import _split as split_steps
 
         hooks = []
@@ -156,7 +156,7 @@ def coherence_groups(driver, device_ids) -> list[tuple[str, list[str]]]:
     its own, class ``<class><infix>``, beside the full one; MIG devices are in
     neither.
     """
-    from nvct.devices import select
+    from nvct.edits.devices import select
 
     gpus = select(tuple(device_ids), driver, what="--device-id").gpus
     if not gpus:
@@ -194,7 +194,7 @@ def for_jit(config) -> Generation:
 
 
 def _strings(config, key: str) -> list[str]:
-    from nvct.errors import ConfigError
+    from nvct.base.errors import ConfigError
 
     value = config.get(key) or []
     if isinstance(value, str):

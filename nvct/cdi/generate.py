@@ -11,18 +11,18 @@ binaries, IPC sockets, firmware, the createContainer hook) is the spec's own
 injects the GPUs a second time.
 
 Host paths lie under the driver and device roots, container paths are as on
-a host (:mod:`nvct.injection` computes both). The ``management`` mode gives
+a host (:mod:`nvct.edits.build` computes both). The ``management`` mode gives
 one ``all`` device with every NVIDIA device node, for monitoring containers,
 and a device per GPU and MIG device under the strategies' names, each with
 the control nodes and that device's nodes (device plugins ask for one by UUID).
-``sandbox`` gives the GPUs with no hook at all (:mod:`nvct.cdi.sandbox`).
+``sandbox`` gives the GPUs with no hook at all (:mod:`nvct.edits.sandbox`).
 The modes ``gds``, ``mofed``, ``gdrcopy`` and ``nvswitch`` give one ``all``
 device with that subsystem's device nodes (and, for GDS, ``/etc/cufile.json``
 and ``/run/udev``); ``imex`` one device per IMEX channel, named by its number.
 Those specs have no edits of their own, as the reference's. ``wsl`` (chosen by
-``auto`` on a WSL2 node, :mod:`nvct.wsl`) gives one ``all`` device, ``/dev/dxg``,
+``auto`` on a WSL2 node, :mod:`nvct.edits.wsl`) gives one ``all`` device, ``/dev/dxg``,
 and the driver store's files as the spec's own edits; ``csv`` (``auto`` on a Tegra
-board, :mod:`nvct.csvmode`) one ``all`` device with the CSV lists' device nodes, and
+board, :mod:`nvct.edits.csvmode`) one ``all`` device with the CSV lists' device nodes, and
 their files as the spec's own edits.
 
 The result's ``cdiVersion`` is the lowest that can express it, so a plain GPU
@@ -33,14 +33,15 @@ from __future__ import annotations
 
 import os
 
-from nvct import csvmode, devices, injection, wsl
-from nvct.cdi import names, schema
+from nvct.edits import csvmode, devices, build as injection, wsl
+from nvct.request import cdinames as names, requirements
+from nvct.cdi import schema
 from nvct.cdi import spec as spec_mod
 from nvct.cdi.features import Generation
-from nvct.config import ALL_CAPABILITIES
-from nvct.driver import Driver, Gpu, MigDevice, Node
-from nvct.edits import ContainerEdits, DeviceNode
-from nvct.errors import DriverError, NvctError, RequestError
+from nvct.config.file import ALL_CAPABILITIES
+from nvct.discover.driver import Driver, Gpu, MigDevice, Node
+from nvct.edits.model import ContainerEdits, DeviceNode
+from nvct.base.errors import DriverError, NvctError, RequestError
 
 TYPE_CHECKING = False  # typing costs an import
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         entries = (_gated_entries(driver, mode) if mode in GATED_MODES else _imex_entries(driver, device_ids))
         all_device = all_device and NONE_DEVICE not in device_ids
         return _spec(vendor, cls, entries, common, all_device, generation, gids)
-    if mode == "sandbox":  # the GPUs without hooks (nvct.cdi.sandbox)
+    if mode == "sandbox":  # the GPUs without hooks (nvct.edits.sandbox)
         if wsl.is_wsl(driver):
             raise NvctError("--mode sandbox: not available on WSL2 (its driver store needs the ld cache hook)")
         common = generation.finish(injection.common_edits(driver, CAPABILITIES, hook_path=hook_path,
@@ -320,12 +321,12 @@ def _requirements_step(edits: ContainerEdits, driver: Driver) -> None:
         return
     gpus = list(driver.gpus)
     try:
-        facts = driver.requirement_facts(gpus, True, True)
+        facts = requirements.driver_facts(driver, gpus, True, True)
     except NvctError as e:  # the driver version alone still holds the driver conditions
-        from nvct.log import logger
+        from nvct.base.log import logger
 
         logger.warning("check-requirements: %s; cuda, arch and brand conditions will hold", e)
-        facts = driver.requirement_facts([], False, False)
+        facts = requirements.driver_facts(driver, [], False, False)
     step = [REQUIREMENTS_STEP, "--driver-version", facts.driver or ""]
     if facts.cuda:
         step += ["--cuda-version", facts.cuda]
@@ -352,7 +353,7 @@ def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
         return edits
     chain = next((i for i, h in enumerate(edits.hooks) if injection.chain_steps(h.args) is not None), None)
     if chain is None:  # every hook disabled: a spec mount would be mounted before the others
-        from nvct.log import logger
+        from nvct.base.log import logger
 
         for m in writable:
             logger.warning("%s left out: nvct mounts it by the createContainer hook, and every hook is "

@@ -2,7 +2,7 @@
 
 Requests come as names in ``NVIDIA_VISIBLE_DEVICES``, as volume mounts under
 ``/var/run/nvidia-container-devices/cdi/``, or as annotations under the
-configured prefixes (:mod:`nvct.request` reads all three). A name that is not
+configured prefixes (:mod:`nvct.request.container` reads all three). A name that is not
 fully qualified is a device of ``default-kind`` (``0`` ->
 ``nvidia.com/gpu=0``; ``none`` -> ``nvidia.com/gpu=none``, as the reference).
 
@@ -15,10 +15,10 @@ in the reference.
 
 from __future__ import annotations
 
-from nvct.cdi import names
+from nvct.request import cdinames as names
 from nvct.cdi.registry import Registry
-from nvct.edits import ContainerEdits
-from nvct.errors import ConfigError, RequestError
+from nvct.edits.model import ContainerEdits
+from nvct.base.errors import ConfigError, RequestError
 
 DEFAULT_KIND_KEY = "nvidia-container-runtime.modes.cdi.default-kind"
 SPEC_DIRS_KEY = "nvidia-container-runtime.modes.cdi.spec-dirs"
@@ -66,11 +66,11 @@ def _sealed(edits: ContainerEdits) -> ContainerEdits:
     container's rootfs (CVE-2025-23266). Another vendor's hook is left as it is:
     ``nvct doctor`` warns about it.
     """
-    from nvct.edits import HOOK_ENV
+    from nvct.edits.model import HOOK_ENV
 
     for i, hook in enumerate(edits.hooks):
         if not hook.env and hook.path.rsplit("/", 1)[-1] in NVCT_HOOK_PROGRAMS:
-            from nvct.log import logger
+            from nvct.base.log import logger
 
             logger.error("a CDI spec's %s hook %s has no env (an nvct bug, or a spec from an older "
                          "version): run with the fixed hook env; regenerate the spec", hook.hook_name, hook.path)
@@ -82,8 +82,8 @@ def _automatic_registry(wanted: list[str], config) -> Registry:
     """A registry of one spec generated now for just the requested devices."""
     from nvct.cdi import generate, spec as spec_mod
     from nvct.cdi.features import for_jit
-    from nvct.driver import Driver
-    from nvct.injection import hook_executable, ldconfig_setting
+    from nvct.discover.driver import Driver
+    from nvct.edits.build import hook_executable, ldconfig_setting
 
     ids = [n.partition("=")[2] for n in wanted]
     raw = generate.generate(Driver.from_config(config), hook_path=hook_executable(config),

@@ -21,12 +21,12 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.cdi import names
+from nvct.request import cdinames as names
 from nvct.cdi import spec as spec_mod
 from nvct.cdi.encoding import EXTENSIONS
 from nvct.cdi.spec import Spec
-from nvct.edits import ContainerEdits, DeviceNode
-from nvct.errors import RequestError, SpecError
+from nvct.edits.model import ContainerEdits, DeviceNode
+from nvct.base.errors import RequestError, SpecError
 
 TYPE_CHECKING = False  # typing costs an import on every CDI container start
 if TYPE_CHECKING:

@@ -14,7 +14,8 @@ the lowest version for a spec nvct writes, so the two cannot disagree.
 
 from __future__ import annotations
 
-from nvct.cdi import names, version
+from nvct.request import cdinames as names
+from nvct.cdi import version
 from nvct.cdi.version import EARLIEST
 
 TYPE_CHECKING = False  # typing costs an import on every CDI container start

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.cdi import encoding, names, schema, version
+from nvct.cdi import encoding, schema, version
+from nvct.request import cdinames as names
 from nvct.cdi.schema import Invalid
-from nvct.edits import HOOK_STAGES
-from nvct.errors import SpecError
+from nvct.edits.model import HOOK_STAGES
+from nvct.base.errors import SpecError
 
 TYPE_CHECKING = False  # typing costs an import on every CDI container start
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def save(raw: Mapping[str, Any], path: str, fmt: str) -> str:
     A name not ending in ``.yaml`` or ``.json`` gets ``fmt``'s extension
     appended, as the reference does: CDI runtimes read no other files.
     """
-    from nvct.fileutil import write_atomic
+    from nvct.base.fileutil import write_atomic
 
     if os.path.splitext(path)[1] not in encoding.EXTENSIONS:
         path += "." + fmt
@@ -80,7 +81,7 @@ def save(raw: Mapping[str, Any], path: str, fmt: str) -> str:
 def read(path: str) -> Spec:
     """Read and validate the spec at ``path``; SpecError names the file and the reason.
 
-    The YAML/JSON parse is remembered by content (nvct.parsecache): in cdi mode
+    The YAML/JSON parse is remembered by content (nvct.base.parsecache): in cdi mode
     the shim reads every spec on each container start, and PyYAML's import and
     parse cost ~35 ms of it. Validation still runs on every read.
     """
@@ -91,7 +92,7 @@ def parse(data: bytes | str, path: str, *, cache: bool = False) -> Spec:
     """Validate spec content; ``path`` is for messages (and the Spec's ``path``)."""
     try:
         if cache and isinstance(data, bytes):
-            from nvct.parsecache import parse_cached
+            from nvct.base.parsecache import parse_cached
 
             raw = parse_cached(data, path, "cdi-spec", encoding.loads)
         else:

@@ -44,7 +44,7 @@ def _click_main(argv: list[str]) -> int:
     import click
 
     from nvct import __version__
-    from nvct.errors import NvctError
+    from nvct.base.errors import NvctError
 
     class _LazyGroup(click.Group):
         def list_commands(self, ctx):
@@ -74,7 +74,7 @@ def _click_main(argv: list[str]) -> int:
         ctx.obj["config_path"] = config_path
         ctx.obj["debug"] = debug
         if debug:
-            from nvct import log
+            from nvct.base import log
 
             log.setup(level="debug", stderr=True)
 
@@ -110,7 +110,7 @@ def _load(name: str):
 
 def load_config(ctx):
     """The config for a subcommand, from ``--config`` or the usual lookup."""
-    from nvct import config
+    from nvct.config import file as config
 
     obj = ctx.find_root().obj or {}
     return config.load(obj.get("config_path"))

@@ -79,7 +79,7 @@ def transform_group():
 def transform_root_command(from_root, to_root, relative_to, input_path, output, fmt):
     from nvct.cdi import encoding, schema, spec as spec_mod, version
     from nvct.cdi.transform import transform_root
-    from nvct.errors import SpecError
+    from nvct.base.errors import SpecError
 
     if input_path == "-":
         spec = spec_mod.parse(sys.stdin.buffer.read(), "<stdin>")

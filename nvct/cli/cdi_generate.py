@@ -99,8 +99,8 @@ def fast_main(argv: list[str]) -> int | None:
     given = _parse(argv)
     if given is None:
         return None
-    from nvct import config as config_mod
-    from nvct.errors import NvctError
+    from nvct.config import file as config_mod
+    from nvct.base.errors import NvctError
 
     try:
         message = run(config_mod.load(os.environ.get(config_mod.CONFIG_ENV) or None), given)
@@ -145,8 +145,8 @@ def resolve(given: dict, environ, config) -> dict:
     The device root defaults to a driver root given by flag or variable (the
     reference's rule); else it stays None, for the config's.
     """
-    from nvct.errors import NvctError
-    from nvct.log import logger
+    from nvct.base.errors import NvctError
+    from nvct.base.log import logger
 
     out = {opt.param: opt.default for opt in OPTIONS}
     root_given = False
@@ -189,11 +189,12 @@ def resolve(given: dict, environ, config) -> dict:
 
 def run(config, given: dict) -> str | None:
     """Generate the spec; write it to stdout or ``output``. Returns the line for stderr, if any."""
-    from nvct import csvmode, log
+    from nvct.edits import csvmode
+    from nvct.base import log
     from nvct.cdi import encoding, features, generate, spec as spec_mod
-    from nvct.driver import Driver
-    from nvct.errors import NvctError
-    from nvct.injection import hook_executable, ldconfig_setting
+    from nvct.discover.driver import Driver
+    from nvct.base.errors import NvctError
+    from nvct.edits.build import hook_executable, ldconfig_setting
 
     if not log.logger.is_enabled_for("debug"):
         log.setup(level="warning", stderr=True)
@@ -241,7 +242,7 @@ def _with_infix(path: str, infix: str) -> str:
 
 
 def _warn_unused(o: dict) -> None:
-    from nvct.log import logger
+    from nvct.base.log import logger
 
     if o["library_search_paths"]:
         logger.warning("--library-search-path ignored: it applies to csv mode only (as in NVIDIA's toolkit); "
@@ -257,8 +258,8 @@ def _warn_unused(o: dict) -> None:
 
 def _hook_path(value: str) -> str:
     """An absolute path, or a bare name found on PATH (``nvidia-ctk``, ``nvidia-cdi-hook``)."""
-    from nvct.errors import NvctError
-    from nvct.lowlevel import which
+    from nvct.base.errors import NvctError
+    from nvct.oci.runtime import which
 
     if value.startswith("/"):
         return value
@@ -283,13 +284,13 @@ def output_format(fmt: str | None, output: str, default: str = "yaml") -> str:
     which no JSON parser reads, is refused.
     """
     from nvct.cdi.encoding import format_for
-    from nvct.errors import NvctError
+    from nvct.base.errors import NvctError
 
     implied = format_for(output) if output else None
     if fmt and implied and fmt.lower() != implied:
         if fmt.lower() != "json":
             raise NvctError(f"--format {fmt} does not match --output {output}")
-        from nvct.log import logger
+        from nvct.base.log import logger
 
         logger.warning("writing JSON to %s, as --format asks (YAML readers parse it)", output)
     return (fmt or implied or default).lower()

@@ -15,40 +15,12 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 from typing import Any
 
 import click
 
-from nvct.errors import ConfigError
-
-#: Feature flags the reference knows (``[features]``, each a boolean).
-FEATURES = (
-    "allow-cuda-compat-libs-from-container",
-    "allow-ldconfig-from-container",
-    "allow-unknown-oci-spec-fields",
-    "disable-cuda-compat-lib-hook",
-    "disable-imex-channel-creation",
-    "ignore-imex-channel-requests",
-    "no-additional-gids-for-device-nodes",
-)
-
-#: Settings written commented out, with an example value, unless set (the reference's list).
-EXAMPLES = {
-    "accept-nvidia-visible-devices-as-volume-mounts": False,
-    "accept-nvidia-visible-devices-envvar-when-unprivileged": True,
-    "swarm-resource": "DOCKER_RESOURCE_GPU",
-    "nvidia-container-cli.debug": "/var/log/nvidia-container-toolkit.log",
-    "nvidia-container-cli.ldcache": "/etc/ld.so.cache",
-    "nvidia-container-cli.no-cgroups": False,
-    "nvidia-container-cli.path": "/usr/bin/nvidia-container-cli",
-    "nvidia-container-cli.root": "/run/nvidia/driver",
-    "nvidia-container-cli.user": "root:video",
-    "nvidia-container-runtime.debug": "/var/log/nvidia-container-runtime.log",
-    "nvct.dev-root": "/",
-    "nvct.proc-root": "/proc",
-    "nvct.path": "/usr/bin/nvct",
-}
+from nvct.base.errors import ConfigError
+from nvct.config.render import FEATURES, render
 
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
@@ -105,7 +77,7 @@ for _alias in ("create-default", "generate-default"):  # the reference's other n
 @click.option("--config-file", "--config", "-c", "config_file", metavar="PATH", help="The config file.")
 @click.pass_context
 def show_command(ctx, config_file) -> None:
-    from nvct import config
+    from nvct.config import file as config
 
     path = config_file or ctx.obj.get("config_file") or (ctx.find_root().obj or {}).get("config_path")
     loaded = config.load(path)
@@ -118,9 +90,9 @@ def show_command(ctx, config_file) -> None:
 
 def edit(path: str, sets: list) -> str:
     """The config at ``path`` with ``sets`` applied, checked, as TOML text."""
-    from nvct.config import Config, parse_toml
-    from nvct.runtimes.document import TomlDocument
-    from nvct.runtimes.engine import read_file
+    from nvct.config.file import Config, parse_toml
+    from nvct.engines.document import TomlDocument
+    from nvct.engines.engine import read_file
 
     raw = read_file(path)
     if raw is None:
@@ -177,7 +149,7 @@ def parse_set(flag: str, list_separator: str = ":") -> tuple:
 
 
 def _default_for(key: str, flag: str) -> Any:
-    from nvct.config import DEFAULTS
+    from nvct.config.file import DEFAULTS
 
     parts = key.split(".")
     if len(parts) == 2 and parts[0] == "features":
@@ -205,80 +177,22 @@ def _set_plain(data: dict, key: tuple, value: Any) -> None:
 
 
 def _defaults() -> dict:
-    from nvct.config import DEFAULTS
+    from nvct.config.file import DEFAULTS
 
     return copy.deepcopy(DEFAULTS)
 
 
 def _config_path(ctx, config_file: str | None) -> str:
-    from nvct import config
+    from nvct.config import file as config
 
     return config_file or (ctx.find_root().obj or {}).get("config_path") or config.default_path()
 
 
 def _write(path: str, text: str, *, backup: bool) -> None:
-    from nvct.fileutil import write_atomic
+    from nvct.base.fileutil import write_atomic
 
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
         write_atomic(path, text, backup=path + ".nvct.bak" if backup else None)
     except OSError as e:
         raise ConfigError(f"{path}: cannot write: {e.strerror or e}") from None
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-def render(data: dict, explicit: set | None) -> str:
-    """TOML in the reference's layout: sorted keys, keys before sub-tables.
-
-    With ``explicit`` (the keys the user set), settings in :data:`EXAMPLES` that
-    are unset, empty or equal to the example are written as ``#key = example``.
-    ``explicit=None`` writes every value as it is.
-    """
-    lines: list = []
-    _render_table(data, (), explicit, lines)
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def _render_table(table: dict, prefix: tuple, explicit: set | None, lines: list) -> None:
-    scalars = [k for k, v in table.items() if not isinstance(v, dict)]
-    tables = sorted(k for k, v in table.items() if isinstance(v, dict))
-    body = []
-    for name in sorted(set(scalars) | set(_commented_keys(prefix, explicit))):
-        dotted = ".".join(prefix + (name,))
-        value = table.get(name)
-        if explicit is not None and dotted in EXAMPLES and dotted not in explicit and \
-                _should_comment(dotted, value):
-            body.append(f"#{_key(name)} = {_value(EXAMPLES[dotted])}")
-        else:
-            body.append(f"{_key(name)} = {_value(value)}")
-    if prefix and (body or tables):  # an empty table (no features set) is left out
-        lines += ["", "[" + ".".join(_key(p) for p in prefix) + "]"]
-    lines += body
-    for name in tables:
-        _render_table(table[name], prefix + (name,), explicit, lines)
-
-
-def _commented_keys(prefix: tuple, explicit: set | None) -> list:
-    if explicit is None:
-        return []
-    dotted = ".".join(prefix)
-    return [k[len(dotted) + 1:] if dotted else k for k in EXAMPLES
-            if (k.rsplit(".", 1)[0] if "." in k else "") == dotted]
-
-
-def _should_comment(key: str, value: Any) -> bool:
-    if key == "nvidia-container-runtime.debug" and value == "/dev/null":
-        return True
-    return value is None or value == "" or value == EXAMPLES[key]
-
-
-def _key(name: str) -> str:
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else '"' + name.replace('"', '\\"') + '"'
-
-
-def _value(value: Any) -> str:
-    import tomlkit
-
-    return tomlkit.item(value).as_string()

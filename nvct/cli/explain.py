@@ -31,7 +31,8 @@ def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff
                     docker_socket, docker_config):
     import json
 
-    from nvct import explain, ocispec
+    from nvct.doctor import explain
+    from nvct.oci import spec as ocispec
 
     if gpus is not None:
         _explain_gpus(cli, gpus, docker_socket, docker_config, as_json)
@@ -52,7 +53,7 @@ def _explain_gpus(cli: str, value: str, docker_socket: str, docker_config: str, 
     import json
     import os
 
-    from nvct import clipaths, explain
+    from nvct.doctor import clipaths, explain
     from nvct.doctor.model import DEFAULT_PATH
 
     route, dirs = clipaths.on_this_node(cli, path_env=os.environ.get("PATH") or DEFAULT_PATH,

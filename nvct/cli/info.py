@@ -10,7 +10,7 @@ from nvct.cli import load_config
 
 
 def _driver(ctx):
-    from nvct.driver import Driver
+    from nvct.discover.driver import Driver
 
     return Driver.from_config(load_config(ctx))
 
@@ -26,7 +26,7 @@ def _json_or(data, as_json: bool) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def info_command(ctx, as_json):
-    from nvct import inventory
+    from nvct.discover import inventory
 
     data = inventory.info(_driver(ctx))
     if _json_or(data, as_json):
@@ -49,7 +49,7 @@ def info_command(ctx, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def list_command(ctx, as_json):
-    from nvct import inventory
+    from nvct.discover import inventory
 
     data = inventory.listing(_driver(ctx))
     if _json_or(data, as_json):

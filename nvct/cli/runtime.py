@@ -1,7 +1,7 @@
 """``nvct runtime configure|unconfigure``: the reference's ``nvidia-ctk runtime configure``.
 
 Thin: flags are checked and defaulted as the reference does, then handed to
-:mod:`nvct.runtimes`, which does (and documents) the work.
+:mod:`nvct.engines`, which does (and documents) the work.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 
 import click
 
-from nvct.errors import ConfigError
+from nvct.base.errors import ConfigError
 
 _ENGINES = ("docker", "containerd", "crio")
 _RUNTIME_BINARY = "nvidia-container-runtime"
@@ -77,7 +77,7 @@ def runtime_group() -> None:
               help="The engine's binary for --config-source=command.")
 def configure_command(engine, config_path, drop_in, mode, oci_hook_path, dry_run, name, runtime_path,
                       hook_binary, set_as_default, cdi, config_source, executable_path) -> None:
-    from nvct import runtimes
+    from nvct import engines as runtimes
 
     if _hook_mode(mode):
         if oci_hook_path is None:
@@ -110,7 +110,7 @@ def configure_command(engine, config_path, drop_in, mode, oci_hook_path, dry_run
 @click.option("--nvidia-runtime-name", "names", multiple=True, default=("nvidia",), show_default=True,
               help="Runtimes to remove when there is no nvct undo record (repeatable).")
 def unconfigure_command(engine, config_path, drop_in, mode, oci_hook_path, dry_run, names) -> None:
-    from nvct import runtimes
+    from nvct import engines as runtimes
 
     if _hook_mode(mode):
         if oci_hook_path is None:
@@ -132,7 +132,7 @@ def _hook_mode(mode: str) -> bool:
 
 
 def _drop_in(value: str | None):
-    from nvct.runtimes import DEFAULT
+    from nvct.engines import DEFAULT
 
     return DEFAULT if value is None else value
 

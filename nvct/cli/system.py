@@ -1,4 +1,4 @@
-"""``nvct system``: node setup, as ``nvidia-ctk system`` (see :mod:`nvct.system`).
+"""``nvct system``: node setup, as ``nvidia-ctk system`` (see :mod:`nvct.node.devices`).
 
 Both commands take the device and proc roots from nvct's config (``[nvct]
 dev-root``, ``proc-root``), so they work on a simulated node as on a host.
@@ -9,12 +9,12 @@ from __future__ import annotations
 import click
 
 from nvct.cli import load_config
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 
 
 def _load_modules(config, dev_root: str, dry_run: bool) -> None:
-    """``--load-kernel-modules``: nvct.kmods, as the hook's load-kmods (only for this kernel's /proc)."""
+    """``--load-kernel-modules``: nvct.node.kmods, as the hook's load-kmods (only for this kernel's /proc)."""
     import os
 
     if dry_run:
@@ -22,7 +22,7 @@ def _load_modules(config, dev_root: str, dry_run: bool) -> None:
     elif os.path.normpath(config.proc_root) != "/proc":
         _warn(f"--load-kernel-modules: {config.proc_root} is not this kernel's /proc: nothing loaded")
     else:
-        from nvct import kmods
+        from nvct.node import kmods
 
         for problem in kmods.load(config.proc_root, dev_root):
             _warn(problem)
@@ -45,7 +45,7 @@ def system_group() -> None:
 @click.option("--dry-run", is_flag=True, envvar="DRY_RUN", help="Print what would be created; change nothing.")
 @click.pass_context
 def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kernel_modules, dry_run) -> None:
-    from nvct import system
+    from nvct.node import devices as system
 
     config = load_config(ctx)
     if load_kernel_modules:
@@ -75,7 +75,7 @@ def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kerne
 @click.pass_context
 def create_dev_char_symlinks_command(ctx, dev_char_path, dev_root, create_all, create_device_nodes,
                                      load_kernel_modules, dry_run) -> None:
-    from nvct import system
+    from nvct.node import devices as system
 
     import os
 

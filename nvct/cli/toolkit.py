@@ -12,7 +12,7 @@ import json
 
 import click
 
-from nvct.errors import ConfigError
+from nvct.base.errors import ConfigError
 from nvct.toolkit import options as defaults
 
 _LISTS = ("cdi_annotation_prefixes", "low_level_runtimes", "opt_in_features", "create_device_nodes",

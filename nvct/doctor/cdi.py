@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import re
 
-from nvct.driver import OWN_VERSION_LIBRARIES
+from nvct.discover.driver import OWN_VERSION_LIBRARIES
 from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 _SO_VERSION = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
 _FIRMWARE_VERSION = re.compile(r"/firmware/nvidia/(\d+\.\d+(?:\.\d+)?)/")
@@ -23,7 +23,7 @@ def spec_dirs(ctx: Context) -> list[str]:
     if ctx.options.cdi_dirs:
         return list(ctx.options.cdi_dirs)
     from nvct.cdi.modes import SPEC_DIRS_KEY
-    from nvct.config import Config
+    from nvct.config.file import Config
 
     dirs = (ctx.config or Config(env={})).get(SPEC_DIRS_KEY) or ()
     return [dirs] if isinstance(dirs, str) else list(dirs)
@@ -212,7 +212,7 @@ def check_hook_env(ctx: Context):
     """Every spec's hooks fix their env: without one, runc runs a createContainer hook with the
     container's environment in its rootfs (CVE-2025-23266), whoever's spec it is."""
     from nvct.cdi.registry import Registry
-    from nvct.edits import is_sealed
+    from nvct.edits.model import is_sealed
 
     registry = ctx.memo("cdi", lambda: Registry(spec_dirs(ctx)))
     bad = 0

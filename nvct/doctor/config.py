@@ -6,7 +6,7 @@ import os
 import re
 
 from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 
 def check_file(ctx: Context):
@@ -94,7 +94,7 @@ def check_runtimes(ctx: Context):
     if ctx.config is None:
         yield ctx.skipped("config.runtimes", "nvct's config does not load (see config.file)")
         return
-    from nvct import lowlevel
+    from nvct.oci import runtime as lowlevel
 
     try:
         path = lowlevel.find(ctx.config.runtimes)
@@ -137,11 +137,11 @@ def check_hook(ctx: Context):
         yield ctx.skipped("config.hook", "nvct's config does not load (see config.file)")
         return
     if ctx.config.mode == "legacy":
-        from nvct.modes import legacy_hook_path
+        from nvct.modifier.modes import legacy_hook_path
 
         path, key = legacy_hook_path(ctx.config), "nvidia-container-runtime-hook.path"
     else:
-        from nvct.injection import hook_source
+        from nvct.edits.build import hook_source
 
         try:
             path, key = hook_source(ctx.config)
@@ -152,7 +152,7 @@ def check_hook(ctx: Context):
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         if ctx.config.mode == "legacy":
             broken = "GPU containers fail to start at their prestart hook"
-        else:  # nvct.prepare does the chain's work before the runtime where it can (docs/security.md)
+        else:  # nvct.modifier.prepare does the chain's work before the runtime where it can (docs/security.md)
             broken = ("GPU containers whose links and ld cache the shim cannot write itself (an image whose CUDA "
                       "compat libcuda is newer than the driver, a volume over a library folder) fail to start at "
                       "their createContainer hook; the others start")

@@ -7,8 +7,8 @@ import os
 import stat
 
 from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.driver import NVIDIA_MAJOR
-from nvct.errors import NvctError
+from nvct.discover.driver import NVIDIA_MAJOR
+from nvct.base.errors import NvctError
 
 _CHAR_LINKS_FIX = "nvct system create-dev-char-symlinks --create-all"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from nvct.doctor.model import Context, fail, ok, warn
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 _LOAD_FIX = "modprobe nvidia && modprobe nvidia-uvm (install the driver's kernel modules first if that fails)"
 
@@ -58,7 +58,7 @@ def check_gpus(ctx: Context):
     if ctx.gpus is None:
         yield fail("driver.gpus", ctx.gpus_error, "reload the module: " + _LOAD_FIX)
         return
-    from nvct import procfs
+    from nvct.discover import procfs
 
     excluded = [g for g in procfs.gpus(ctx.driver.proc_root) if g.excluded]
     if excluded:

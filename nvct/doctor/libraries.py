@@ -12,7 +12,7 @@ import re
 
 from nvct.doctor.model import LIB_DIRS as _LIB_DIRS
 from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.driver import _COMPAT32_ARCHES, LIBRARIES, resolve_in_root
+from nvct.discover.driver import _COMPAT32_ARCHES, LIBRARIES, resolve_in_root
 
 _LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
 _VERSION_RE = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")

@@ -13,7 +13,7 @@ import functools
 import os
 from dataclasses import dataclass, field
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
 STATUSES = (OK, INFO, WARN, FAIL)
@@ -105,7 +105,7 @@ class Context:
     # --- nvct's config ---
     @functools.cached_property
     def _config(self):
-        from nvct import config
+        from nvct.config import file as config
 
         try:
             return config.load(self.options.config_path, env=self.options.env), None
@@ -124,7 +124,7 @@ class Context:
     @property
     def config_file(self) -> str:
         """The file nvct reads (which may not exist)."""
-        from nvct import config
+        from nvct.config import file as config
 
         return self.options.config_path or config.default_path(self.options.env)
 
@@ -135,7 +135,7 @@ class Context:
     # --- the driver ---
     @functools.cached_property
     def driver(self):
-        from nvct.driver import Driver
+        from nvct.discover.driver import Driver
 
         return Driver.from_config(self.config) if self.config is not None else None
 

@@ -20,10 +20,10 @@ import json
 import os
 import shlex
 import shutil
-import stat
 import sys
 
 from nvct.doctor.model import Context, fail, ok
+from nvct.linux.ownership import ancestors, walk, weakness
 from nvct.toolkit.layout import RUNTIMES_DIR
 
 ID = "permissions.chain"
@@ -37,65 +37,18 @@ DEFAULT_TOOLKITS = ("/usr/local/nvidia/toolkit",)
 _SHOWN = 8
 
 
-def weakness(st: os.stat_result, owners: tuple[int, ...] = (0,), *, above: bool = False) -> str | None:
-    """Why someone other than ``owners`` could change this entry, or None.
-
-    ``above``: a directory above the chain, where a sticky world-writable one (``/tmp``) is safe,
-    since nobody may rename or remove another's entry in it.
-    """
-    mode = stat.S_IMODE(st.st_mode)
-    if st.st_uid not in owners:
-        return f"owned by uid {st.st_uid}"
-    if stat.S_ISLNK(st.st_mode):
-        return None  # a link's own mode means nothing; its target is checked where it matters
-    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-        return f"not a file or directory (mode {st.st_mode:o})"
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        if above and stat.S_ISDIR(st.st_mode) and mode & stat.S_ISVTX:
-            return None
-        who = "world" if mode & stat.S_IWOTH else f"group {st.st_gid}"
-        return f"mode {mode:04o}, {who}-writable"
-    return None
-
-
-def tree_weaknesses(root: str, owners: tuple[int, ...] = (0,)) -> list[tuple[str, str]]:
-    """(path, why) for ``root`` and every entry below it (links not followed)."""
-    found = []
-    for path in _walk(root):
-        try:
-            why = weakness(os.lstat(path), owners)
-        except OSError:
-            continue
-        if why:
-            found.append((path, why))
-    return found
-
-
-def ancestor_weaknesses(path: str, owners: tuple[int, ...] = (0,)) -> list[tuple[str, str]]:
-    """(dir, why) for each directory above ``path`` that someone else could change."""
-    found = []
-    for directory in _ancestors(path):
-        try:
-            why = weakness(os.lstat(directory), owners, above=True)
-        except OSError:
-            continue
-        if why:
-            found.append((directory, why))
-    return found
-
-
 def check_chain(ctx: Context):
     trees, files = chain(ctx)
     problems: dict[str, str] = {}
     count = 0
     for root in sorted(trees):
-        for path in _walk(root):
+        for path in walk(root):
             count += 1
             _note(problems, path)
     for path in sorted(files - trees):
         count += 1
         _note(problems, path)
-    dirs = {d for p in trees | files for d in _ancestors(p)} - trees - files
+    dirs = {d for p in trees | files for d in ancestors(p)} - trees - files
     for directory in sorted(dirs):
         count += 1
         _note(problems, directory, above=True)
@@ -185,25 +138,6 @@ def _fix(problems: dict, trees: set) -> str:
     return fix + "; then find out who changed them"
 
 
-def _walk(root: str):
-    yield root
-    if os.path.isdir(root) and not os.path.islink(root):
-        for directory, dirs, names in os.walk(root):
-            for name in dirs + names:
-                yield os.path.join(directory, name)
-
-
-def _ancestors(path: str) -> list[str]:
-    out = []
-    current = os.path.dirname(os.path.abspath(path))
-    while True:
-        out.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            return out
-        current = parent
-
-
 def _with_target(path: str) -> set[str]:
     """``path`` and, for a link, what it resolves to."""
     out = {os.path.abspath(path)}
@@ -289,7 +223,7 @@ def _config_programs(ctx: Context) -> list[str]:
         if isinstance(value, str) and os.path.isabs(value):
             out.append(value)
     try:
-        from nvct import lowlevel
+        from nvct.oci import runtime as lowlevel
 
         out.append(lowlevel.find(ctx.config.runtimes))
     except Exception:  # noqa: BLE001 - config.runtimes reports it
@@ -322,8 +256,8 @@ def _engine_programs(ctx: Context) -> list[str]:
 
 
 def _toml_binaries(path: str) -> list[str]:
-    from nvct.config import parse_toml
-    from nvct.errors import NvctError
+    from nvct.config.file import parse_toml
+    from nvct.base.errors import NvctError
 
     try:
         with open(path, "rb") as f:

@@ -5,8 +5,8 @@ store; a Jetson's integrated GPU is ``/dev/nvhost-*`` and what its CSV lists
 name (docs/platforms.md). There the ``driver``, ``devices`` and
 ``libraries`` checks look for what such a node never has, so they say they
 do not apply, and the checks here look at what containers get instead. The
-platform is the one :mod:`nvct.injection` acts on (:func:`nvct.wsl.is_wsl`,
-then :func:`nvct.csvmode.is_tegra`).
+platform is the one :mod:`nvct.edits.build` acts on (:func:`nvct.edits.wsl.is_wsl`,
+then :func:`nvct.edits.csvmode.is_tegra`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def platform(ctx: Context) -> str | None:
         driver = ctx.driver
         if driver is None:
             return None
-        from nvct import csvmode, wsl
+        from nvct.edits import csvmode, wsl
 
         if wsl.is_wsl(driver):
             return WSL
@@ -65,7 +65,7 @@ def check_wsl(ctx: Context):
         return
     import stat
 
-    from nvct import wsl
+    from nvct.edits import wsl
 
     driver = ctx.driver
     dxg = driver.dev_host_path(wsl.DXG)
@@ -98,8 +98,8 @@ def check_wsl(ctx: Context):
 def check_tegra(ctx: Context):
     if platform(ctx) != TEGRA:
         return
-    from nvct import csvmode
-    from nvct.errors import NvctError
+    from nvct.edits import csvmode
+    from nvct.base.errors import NvctError
 
     directory = csvmode.mount_spec_path(ctx.config)
     try:

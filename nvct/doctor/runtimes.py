@@ -12,12 +12,11 @@ import json
 import os
 import shlex
 import shutil
-import socket
-import struct
 import sys
 
 from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.errors import ConfigError
+from nvct.engines.docker import dockerd_pid
+from nvct.base.errors import ConfigError
 
 RUNTIME_BINARY = "nvidia-container-runtime"
 HOOK_BINARY = "nvidia-container-runtime-hook"
@@ -71,7 +70,7 @@ def check_docker_gpus(ctx: Context):
         if not (os.path.exists(ctx.options.docker_config) or _which("dockerd", ctx.options.default_path)):
             yield info("runtime.docker-gpus", "no dockerd runs here and docker is not installed")
             return
-        from nvct import clipaths
+        from nvct.doctor import clipaths
 
         route, dirs = clipaths.on_this_node("docker", path_env=ctx.options.default_path,
                                             docker_socket=ctx.options.docker_socket,
@@ -135,7 +134,7 @@ def check_docker_gpus(ctx: Context):
 
 def _docker_route(ctx: Context, pid: int, path: str):
     """Which path docker run --gpus takes with this dockerd (None: its program cannot be read)."""
-    from nvct import clipaths
+    from nvct.doctor import clipaths
 
     binary = clipaths.exe(pid)
     if binary is None:
@@ -144,14 +143,14 @@ def _docker_route(ctx: Context, pid: int, path: str):
 
 
 def _docker_spec_dirs(ctx: Context) -> list[str]:
-    from nvct import clipaths
+    from nvct.doctor import clipaths
 
     return clipaths.docker_cdi(ctx.options.docker_config)[1]
 
 
 def _cdi_route(id: str, who: str, route, dirs: list[str], values: list[str]):
     """The CDI path: the names ``--gpus`` becomes must resolve in the engine's spec directories."""
-    from nvct import clipaths
+    from nvct.doctor import clipaths
 
     names = [n for v in values for n in clipaths.cdi_names(route.cli, v)]
     missing, have = clipaths.unresolved(names, dirs)
@@ -169,7 +168,7 @@ def _cdi_route(id: str, who: str, route, dirs: list[str], values: list[str]):
 def check_ctr_gpus(ctx: Context):
     """``ctr run --gpus`` (and nerdctl's): the client looks ``nvidia-container-cli`` up on its own PATH
     and hands the hook its own environment, whatever containerd's is: that of the shell this runs in."""
-    from nvct import hookenv
+    from nvct.oci import environ as hookenv
 
     # This shell's environment, with what nvct's front set aside for its own Python put back.
     environ = dict(ctx.options.env)
@@ -178,7 +177,7 @@ def check_ctr_gpus(ctx: Context):
     if not path or not _which("ctr", path):
         yield info("runtime.ctr-gpus", "no ctr on this shell's PATH: ctr run --gpus is not used here")
         return
-    from nvct import clipaths
+    from nvct.doctor import clipaths
 
     route = clipaths.client_path("ctr", _which("ctr", path), path)
     if route.route == "cdi":  # containerd 2.3's ctr: CDI names, in containerd's spec directories
@@ -201,7 +200,7 @@ def check_ctr_gpus(ctx: Context):
 
 def check_nerdctl_gpus(ctx: Context):
     """``nerdctl run --gpus``: nvidia-container-cli on the caller's PATH, or CDI names (nerdctl 2.3)."""
-    from nvct import clipaths
+    from nvct.doctor import clipaths
 
     route, dirs = clipaths.on_this_node("nerdctl", path_env=ctx.options.env.get("PATH", ""))
     if route.route == "cdi":
@@ -226,30 +225,6 @@ def _fails_in(environ: dict[str, str], argv: list[str]) -> str | None:
         return None
     lines = (done.stderr or done.stdout).strip().splitlines()
     return lines[-1] if lines else f"exit status {done.returncode}"
-
-
-def dockerd_pid(sock: str, pidfile: str) -> tuple[int | None, str]:
-    """dockerd's pid, from whoever listens on its socket, else its pid file (never by name)."""
-    notes = []
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(1.0)
-            s.connect(sock)
-            pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-        if pid > 1:
-            return pid, f"listening on {sock}"
-        notes.append(f"{sock} is held by pid {pid} (socket activation)")
-    except OSError as e:
-        notes.append(f"{sock}: {e.strerror or e}")
-    try:
-        with open(pidfile) as f:
-            pid = int(f.read().strip())
-        if pid > 1 and os.path.isdir(f"/proc/{pid}"):
-            return pid, f"from {pidfile}"
-        notes.append(f"{pidfile}: pid {pid} does not run")
-    except (OSError, ValueError) as e:
-        notes.append(f"{pidfile}: {getattr(e, 'strerror', None) or e}")
-    return None, "; ".join(notes)
 
 
 def _start_time(pid: int) -> float | None:
@@ -283,7 +258,7 @@ def _link_hook_fix(path: str) -> str:
 
 # --- containerd ---
 def check_containerd(ctx: Context):
-    from nvct.runtimes.containerd import config_version, plugin_name
+    from nvct.engines.containerd import config_version, plugin_name
 
     path = ctx.options.containerd_config
     try:
@@ -318,8 +293,8 @@ def check_containerd(ctx: Context):
 
 def _containerd_drift(path: str, files: list, found: _Runtimes):
     """A drop-in's copy of the CRI section that hides later edits of the main file."""
-    from nvct.runtimes.containerd import cri_drift, plugin_name
-    from nvct.runtimes.document import MISSING
+    from nvct.engines.containerd import cri_drift, plugin_name
+    from nvct.engines.document import MISSING
 
     main, version = files[0][1], files[0][2]
     plugin = plugin_name(version)
@@ -460,7 +435,7 @@ def our_binary(name: str) -> str:
 
 
 def _read_json(path: str):
-    from nvct.runtimes.engine import read_file
+    from nvct.engines.engine import read_file
 
     raw = read_file(path)
     if raw is None:
@@ -475,8 +450,8 @@ def _read_json(path: str):
 
 
 def _read_toml(path: str):
-    from nvct.config import parse_toml
-    from nvct.runtimes.engine import read_file
+    from nvct.config.file import parse_toml
+    from nvct.engines.engine import read_file
 
     raw = read_file(path)
     return None if raw is None else parse_toml(raw, path)

@@ -18,7 +18,7 @@ from nvct.doctor.model import Context, info, ok, warn
 def places(toolkit_dirs: tuple[str, ...]) -> list[str]:
     """Every stand-in in ``toolkit_dirs`` and at the package's runtime paths."""
     from nvct.toolkit import standin
-    from nvct.uninstall import RUNTIMES
+    from nvct.toolkit.uninstall import RUNTIMES
 
     found = [p for d in toolkit_dirs for p in standin.standins(d)]
     return found + [p for p in RUNTIMES if p not in found and standin.is_standin(p)]

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import sys
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 
 def main(argv: list[str]) -> int:
-    from nvct import privileges
+    from nvct.linux import privileges
 
     privileges.sanitize_environ()
     if not argv or argv[0] in ("-h", "--help"):

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from nvct import ocispec
-from nvct.errors import SpecError
+from nvct.oci import spec as ocispec
+from nvct.base.errors import SpecError
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
     from typing import IO, Any
 
-    from nvct.rootfs import Rootfs
+    from nvct.rootfs.root import Rootfs
 
 
 class HookContext:
@@ -30,16 +30,16 @@ class HookContext:
 
     @property
     def root(self) -> Rootfs:
-        """The one verified root every step writes through (nvct.rootfs.open_root)."""
+        """The one verified root every step writes through (nvct.rootfs.root.open_root)."""
         if self._root is None:
-            from nvct.rootfs import Rootfs
+            from nvct.rootfs.root import Rootfs
 
             self._root = Rootfs(self.rootfs, owners=ocispec.root_owners(self.spec))
         return self._root
 
 
 def read_state(stream: IO[str]) -> dict[str, Any]:
-    from nvct import jsoncodec
+    from nvct.base import jsoncodec
 
     try:
         state = jsoncodec.loads(stream.read() or "null")

@@ -1,7 +1,7 @@
 """The in-container steps, each working only through the container's Rootfs.
 
 Every path comes from the spec nvct wrote, but the rootfs itself belongs to
-the image, so all file operations go through :class:`nvct.rootfs.Rootfs`,
+the image, so all file operations go through :class:`nvct.rootfs.root.Rootfs`,
 which cannot be led outside the root by a symlink. The chain's steps share
 one, opened once (``HookContext.root``): the root's own path is looked up a
 single time, so it cannot be swapped between two steps.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.hooks.container import HookContext
 
 TYPE_CHECKING = False  # typing costs an import on every container start
@@ -110,7 +110,7 @@ def compat_choice(root, args: _Args) -> tuple[str | None, str]:
     The one rule (the shim, the hook and ``nvct explain`` ask it). The folder is
     ``--cuda-compat-container-root`` (default /usr/local/cuda/compat); its newest
     ``libcuda.so.X.Y[.Z]`` decides, by its ``.note.cuda.fwd_compatibility``
-    (nvct.elf.cuda_compat_note), as the reference does: with ``--host-driver-version``,
+    (nvct.linux.elf.cuda_compat_note), as the reference does: with ``--host-driver-version``,
     the host's branch must be listed and the compat libcuda newer than the host's; else,
     with ``--host-cuda-version``, the note's CUDA version must be newer. nvct adds the
     note's device list: with ``--gpu-brand`` (NVML brand ids of the container's GPUs),
@@ -179,7 +179,7 @@ def compat_choice(root, args: _Args) -> tuple[str | None, str]:
 
 def _compat_note(fd: int, path: str) -> dict | None:
     """The note of the compat libcuda open at ``fd`` (closed here); None without one or when it is corrupt."""
-    from nvct import elf
+    from nvct.linux import elf
 
     try:
         return elf.cuda_compat_note(fd, path)
@@ -203,7 +203,7 @@ def update_ldcache(args: _Args, ctx: HookContext) -> None:
     would enter; the cache is then patched without running it. Not with a
     CUDA compat folder, whose libraries only ldconfig's scan finds.
     """
-    from nvct import ldconfig
+    from nvct.rootfs import ldconfig
 
     folders = ctx.extra_folders + [f for f in args.all("folder") if f not in ctx.extra_folders]
     libraries = [] if ctx.extra_folders else args.all("library")
@@ -250,7 +250,7 @@ def create_soname_symlinks(args: _Args, ctx: HookContext) -> None:
 
     The reference's hook of that name, in specs some of its releases wrote.
     """
-    from nvct import ldconfig
+    from nvct.rootfs import ldconfig
 
     path = args.one("ldconfig-path")
     ldconfig.create_soname_links(ctx.root, args.all("folder"), **({"ldconfig": path} if path else {}))
@@ -265,7 +265,7 @@ def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
 
     Only the kernel's file (:func:`kernel_proc_path`); a volume under /proc is refused first.
     """
-    from nvct import mounttargets
+    from nvct.rootfs import mounttargets
 
     mounttargets.check_proc(ctx.spec, ctx.rootfs)
     root = ctx.root
@@ -279,7 +279,7 @@ def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
 def kernel_proc_path(root, path: str) -> bool:
     """Whether ``path`` (under /proc) is there and is the kernel's: where a mask may go.
 
-    The one rule for every mask nvct mounts under /proc (nvct.prepare.MASK_SCRIPT
+    The one rule for every mask nvct mounts under /proc (nvct.modifier.prepare.MASK_SCRIPT
     is this rule in sh): every component from the root down is opened without
     following a link, and the last is on procfs, or is the very file this process
     sees at ``path`` (a simulated node's /proc/driver, a plain directory). False
@@ -288,8 +288,8 @@ def kernel_proc_path(root, path: str) -> bool:
     """
     import stat
 
-    from nvct.errors import ContainerError
-    from nvct.rootfs import PROC_SUPER_MAGIC, fs_type
+    from nvct.base.errors import ContainerError
+    from nvct.linux.fs import PROC_SUPER_MAGIC, fs_type
 
     fd = os.dup(root.fileno())
     try:
@@ -385,7 +385,7 @@ _MOUNT_OPTIONS = {"ro": ("readonly", True), "rw": ("readonly", False), "nosuid":
 
 
 def mount_flags(options, what: str) -> dict[str, bool]:
-    """CDI/OCI mount ``options`` -> keyword arguments of :meth:`nvct.rootfs.Rootfs.bind_mount`.
+    """CDI/OCI mount ``options`` -> keyword arguments of :meth:`nvct.rootfs.root.Rootfs.bind_mount`.
 
     Unlisted flags are off (suid, dev and exec allowed: say ``nosuid`` etc.), so a
     realized mount has exactly the options its edit names, as under runc.
@@ -417,8 +417,8 @@ def apply_cuda_memory_limits(args: _Args, ctx: HookContext) -> None:
     (``nvmlDeviceSetMemoryLimits_v1``). The cgroup is the one the kernel lists
     for the container's process, so cgroupfs paths work as well as systemd's.
     """
-    from nvct import cgroups
-    from nvct.errors import ContainerError
+    from nvct.linux import cgroups
+    from nvct.base.errors import ContainerError
 
     env = _spec_env(ctx.spec)
     request = next((env[n] for n in _MEMORY_REQUEST if n in env), None)
@@ -447,8 +447,8 @@ def apply_cuda_memory_limits(args: _Args, ctx: HookContext) -> None:
 
 
 def _set_memory_limits(driver_root: str, gpus: list[str], cgroup: str, soft: int, hard: int) -> None:
-    from nvct import nvml
-    from nvct.errors import DriverError
+    from nvct.discover import nvml
+    from nvct.base.errors import DriverError
 
     library = nvml.find_library(driver_root, None, os.uname().machine)
     if library is None:
@@ -482,7 +482,7 @@ REQUIREMENTS_STEP = "check-requirements"
 
 def check_requirements(args: _Args, ctx: HookContext) -> None:
     """``--driver-version V [--cuda-version C] [--gpu /dev/nvidiaN::ARCH::BRAND]...``: refuse a
-    container whose ``NVIDIA_REQUIRE_*`` this node cannot satisfy (nvct.requirements).
+    container whose ``NVIDIA_REQUIRE_*`` this node cannot satisfy (nvct.request.requirements).
 
     The first step of a generated spec's chain, so podman, containerd and docker's
     CDI path enforce what jit-cdi and legacy mode do, in the process that runs
@@ -493,7 +493,7 @@ def check_requirements(args: _Args, ctx: HookContext) -> None:
     env = _spec_env(ctx.spec)
     if "CUDA_VERSION" not in env and not any(k.startswith("NVIDIA_REQUIRE_") for k in env):
         return  # nothing asked: not even the parser's import on this start
-    from nvct import requirements
+    from nvct.request import requirements
 
     if not requirements.collect(env):  # NVIDIA_DISABLE_REQUIRE
         return

@@ -19,7 +19,7 @@ import socket
 import threading
 from typing import Callable, Iterable, Sequence
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.nri import messages as m
 from nvct.nri import ttrpc, wire
 

@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.simulate.driver import Driver
 from nvct.simulate.topology import Topology
 

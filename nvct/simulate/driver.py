@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 DEFAULT_DRIVER_VERSION = "550.54.15"
 MIN_DRIVER_BRANCH = 450

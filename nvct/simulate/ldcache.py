@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 #: ld.so.conf as on Debian/Ubuntu (multiarch), x86-64.
 LD_SO_CONF = {

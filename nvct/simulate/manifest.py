@@ -14,7 +14,7 @@ import os
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.simulate import devices, ldcache
 from nvct.simulate.datafiles import firmware_names
 from nvct.simulate.driver import BINARIES, CAPABILITY_LIBRARIES, Driver

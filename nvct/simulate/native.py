@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.simulate.driver import Driver, Library
 from nvct.simulate.topology import Topology
 

@@ -16,8 +16,8 @@ import shutil
 import tempfile
 import threading
 
-from nvct.errors import NvctError
-from nvct.fileutil import write_atomic
+from nvct.base.errors import NvctError
+from nvct.base.fileutil import write_atomic
 from nvct.simulate import datafiles, devices, ldcache, native, procfs
 from nvct.simulate import manifest as _manifest
 from nvct.simulate import topology as _topology

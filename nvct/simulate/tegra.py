@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.simulate.manifest import CONFIG, GENERATOR, MANIFEST
 
 LIB = "/usr/lib/aarch64-linux-gnu/nvidia"

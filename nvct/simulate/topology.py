@@ -18,7 +18,7 @@ import uuid as _uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(__file__), "dgx-h100.json")
 

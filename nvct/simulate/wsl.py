@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.simulate.manifest import CONFIG, GENERATOR, MANIFEST
 
 DXG = (10, 127)

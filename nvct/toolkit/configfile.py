@@ -52,8 +52,8 @@ def settings(opts: Options, layout: Layout, runtimes: list) -> dict[str, Any]:
 
 def render(values: Mapping[str, Any], mode: str | None = None) -> str:
     """The config file text: the defaults in the reference's layout, ``values`` set, ``mode`` forced."""
-    from nvct.cli.config import render as render_toml
-    from nvct.config import DEFAULTS, Config, parse_toml
+    from nvct.config.render import render as render_toml
+    from nvct.config.file import DEFAULTS, Config, parse_toml
 
     values = dict(values)
     if mode:

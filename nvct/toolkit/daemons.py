@@ -16,7 +16,7 @@ import socket
 import struct
 import subprocess
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 #: struct ucred: pid, uid, gid.
 _UCRED = struct.Struct("3i")

@@ -1,6 +1,6 @@
 """The container engine's side of an installation: its config, and its daemon picking it up.
 
-The config is edited through :mod:`nvct.runtimes` (``nvidia``,
+The config is edited through :mod:`nvct.engines` (``nvidia``,
 ``nvidia-cdi`` and ``nvidia-legacy`` in one transaction, undone from its
 record, byte for byte). How the daemon learns of it (``--restart-mode``):
 
@@ -25,11 +25,11 @@ import signal
 import time
 from typing import Callable
 
-from nvct import runtimes
-from nvct.errors import NvctError
-from nvct.fileutil import write_atomic
-from nvct.runtimes.document import JsonDocument
-from nvct.runtimes.engine import read_file
+from nvct import engines as runtimes
+from nvct.base.errors import NvctError
+from nvct.base.fileutil import write_atomic
+from nvct.engines.document import JsonDocument
+from nvct.engines.engine import read_file
 from nvct.toolkit import daemons
 from nvct.toolkit.layout import Layout
 from nvct.toolkit.options import Options
@@ -270,7 +270,7 @@ class EngineSetup:
 
 def _installed_runtimes(config: str) -> list[str]:
     """``nvidia-container-runtime.runtimes`` of an installed config.toml; none if it is absent or unreadable."""
-    from nvct.config import parse_toml
+    from nvct.config.file import parse_toml
 
     try:
         with open(config, "rb") as f:

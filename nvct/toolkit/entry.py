@@ -13,20 +13,20 @@ import os
 import sys
 
 PROGRAMS = {
-    "nvidia-container-runtime": "nvct.shim",
-    "nvidia-container-runtime-hook": "nvct.hook",
+    "nvidia-container-runtime": "nvct.programs.shim",
+    "nvidia-container-runtime-hook": "nvct.programs.hook",
     "nvct": "nvct.cli",
-    "nvidia-cdi-hook": "nvct.dropin.cdi_hook",
-    "nvidia-ctk": "nvct.dropin.ctk",
-    "nvidia-container-cli": "nvct.dropin.container_cli",
+    "nvidia-cdi-hook": "nvct.programs.cdi_hook",
+    "nvidia-ctk": "nvct.programs.ctk",
+    "nvidia-container-cli": "nvct.programs.container_cli",
 }
 #: Needed at run time, beyond the standard library (tomllib is standard from 3.11). python-prctl
-#: is not: where its C extension does not load, nvct.privileges makes the calls through libc.
+#: is not: where its C extension does not load, nvct.linux.privileges makes the calls through libc.
 DEPENDENCIES = ("click", "yaml", "elftools")
 #: What container starts import: a Python too old for their syntax fails here, not in a container start.
-NVCT_MODULES = ("nvct.shim", "nvct.hook", "nvct.hooks", "nvct.cli", "nvct.modes", "nvct.injection",
-                "nvct.realize", "nvct.ldconfig", "nvct.cdi.modes", "nvct.dropin.cdi_hook", "nvct.dropin.ctk",
-                "nvct.dropin.container_cli")
+NVCT_MODULES = ("nvct.programs.shim", "nvct.programs.hook", "nvct.hooks", "nvct.cli", "nvct.modifier.modes", "nvct.edits.build",
+                "nvct.modifier.legacy", "nvct.rootfs.ldconfig", "nvct.cdi.modes", "nvct.programs.cdi_hook", "nvct.programs.ctk",
+                "nvct.programs.container_cli")
 MINIMUM_PYTHON = (3, 9)
 
 
@@ -66,7 +66,7 @@ def main() -> int:
     sys.argv = sys.argv[2:]
     if sys.argv[1:] == ["--check"]:
         return check()
-    from nvct.hookenv import start
+    from nvct.oci.environ import start
 
     start(program)  # the wrapper set the environment aside (nvct.toolkit.wrappers)
     module = __import__(PROGRAMS[program], fromlist=["main"])

@@ -5,7 +5,7 @@
    never leaves a half-written tree where running daemons look for it. What
    it holds runs as root at every GPU container start: it is made root-owned
    and writable by root alone whatever the umask, and checked so (with
-   :func:`nvct.doctor.permissions.weakness`, also above it) before it is
+   :func:`nvct.linux.ownership.weakness`, also above it) before it is
    switched in;
 2. a check that the installed ``nvct`` runs on the host (chrooted into it);
 3. with ``--cdi-enabled``: the control device nodes and a management CDI spec;
@@ -29,10 +29,10 @@ import tempfile
 import time
 from typing import Callable
 
-from nvct.doctor import permissions
-from nvct.errors import NvctError
-from nvct.fileutil import remove_path
-from nvct.toolkit import configfile, payload, runtime, wrappers
+from nvct.linux import ownership
+from nvct.base.errors import NvctError
+from nvct.base.fileutil import remove_path
+from nvct.toolkit import configfile, payload, python as runtime, wrappers
 from nvct.toolkit.engine import EngineSetup
 from nvct.toolkit.layout import RUNTIME_MODES, RUNTIMES_DIR, TOOLS, Layout
 from nvct.toolkit.options import Options
@@ -125,7 +125,7 @@ class Installation:
         upgrade = os.path.isdir(final.root) and not os.path.islink(final.root)
         if os.path.islink(final.root) or (os.path.lexists(final.root) and not upgrade):
             raise NvctError(f"{final.root}: exists and is not a directory; remove it first")
-        _refuse(permissions.ancestor_weaknesses(final.root, (0, os.geteuid())), final.root)
+        _refuse(ownership.ancestor_weaknesses(final.root, (0, os.geteuid())), final.root)
         try:
             os.makedirs(final.runtimes_dir if upgrade else parent, mode=0o755, exist_ok=True)
             staging = tempfile.mkdtemp(prefix=".toolkit-new-", dir=final.runtimes_dir if upgrade else parent)
@@ -135,7 +135,7 @@ class Installation:
             os.chmod(staging, 0o755)
             self._populate(final.moved(staging), runtimes)
             _harden(final.root if upgrade else staging)  # an upgrade also mends the directories it writes into
-            _refuse(permissions.tree_weaknesses(final.root if upgrade else staging, (os.geteuid(),)), final.root)
+            _refuse(ownership.tree_weaknesses(final.root if upgrade else staging, (os.geteuid(),)), final.root)
             if upgrade:
                 _switch(staging, final)
             else:
@@ -191,15 +191,16 @@ class Installation:
 
     # --- CDI for management containers ---
     def _create_device_nodes(self) -> None:
-        from nvct import system
+        from nvct.node import devices as system
 
         proc_root = self.opts.proc_root or "/proc"
         for action in system.create_device_nodes(system.control_nodes(proc_root), self.opts.dev_root_ctr_path):
             self.log(str(action))
 
     def _write_cdi_spec(self) -> None:
-        from nvct.cdi import generate, names, spec as spec_mod, transform
-        from nvct.driver import Driver
+        from nvct.cdi import generate, spec as spec_mod, transform
+        from nvct.request import cdinames as names
+        from nvct.discover.driver import Driver
 
         opts = self.opts
         vendor, cls = names.split_kind(opts.cdi_kind)

@@ -11,7 +11,7 @@
       nvidia-cdi-hook, nvidia-ctk,       the reference's other programs, by name
         nvidia-container-cli               (CDI specs, containerd's --gpus, scripts)
       .runtime/<version>/                what the wrappers run: the bundled Python
-        lib/python/                        runtime (nvct.toolkit.runtime) and nvct with
+        lib/python/                        runtime (nvct.toolkit.python) and nvct with
                                            its dependencies; a new version per install
       .runtime/current                   -> <version> (what the wrappers now name)
       .config/nvidia-container-runtime/  config.toml (+ config.cdi.toml, config.legacy.toml)

@@ -12,13 +12,13 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from nvct.errors import ConfigError
+from nvct.base.errors import ConfigError
 
 DEFAULT_INSTALL_DIR = "/usr/local/nvidia"
 DEFAULT_PID_FILE = "/run/nvidia/toolkit/toolkit.pid"
 DEFAULT_DRIVER_ROOT = "/run/nvidia/driver"
 DEFAULT_HOST_ROOT = "/host"
-#: ``--python``'s default: the toolkit carries its own Python (nvct.toolkit.runtime); a path means
+#: ``--python``'s default: the toolkit carries its own Python (nvct.toolkit.python); a path means
 #: the host's python3 instead (3.9+).
 BUNDLED_PYTHON = "bundled"
 DEFAULT_PYTHON = BUNDLED_PYTHON
@@ -122,7 +122,7 @@ class Options:
 
     @property
     def config_source(self) -> str:
-        """What nvct.runtimes can do with ``--config-source``: the first source that names one."""
+        """What nvct.engines can do with ``--config-source``: the first source that names one."""
         return self.config_sources[0]
 
     def seen_from_here(self, host_path: str) -> str:

@@ -4,7 +4,7 @@ The host runs it with its own ``python3`` (3.9 or newer). nvct and its
 pure-Python dependencies are copied from wherever the installer imports them
 (the installer's image), so the host needs nothing else. python-prctl is a
 C extension: the copy loads only on a host Python of the image's version;
-on others :mod:`nvct.privileges` makes the same calls through libc.
+on others :mod:`nvct.linux.privileges` makes the same calls through libc.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import importlib.util
 import os
 import shutil
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 #: Copied beside nvct. ``_prctl`` is prctl's extension module; ``tomlkit`` serves Pythons before 3.11.
 DEPENDENCIES = ("click", "tomlkit", "yaml", "elftools", "prctl", "_prctl")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 
 
 class PidFileLocked(NvctError):

@@ -141,7 +141,7 @@ def remove_toolkit(root: str, wrappers: list[str], runtimes: list[str], log) -> 
 
     Returns the stand-ins left (none when no process names a wrapper: the directory goes whole).
     """
-    from nvct.fileutil import remove_path
+    from nvct.base.fileutil import remove_path
 
     needed = referencing(wrappers)
     if not needed:
@@ -215,8 +215,8 @@ def _dq(value: str) -> str:
 
 def config_runtimes(config: str, default: tuple = ("runc", "crun")) -> list[str]:
     """``nvidia-container-runtime.runtimes`` of the config at ``config`` (``default`` when unreadable)."""
-    from nvct.config import parse_toml
-    from nvct.errors import NvctError
+    from nvct.config.file import parse_toml
+    from nvct.base.errors import NvctError
 
     try:
         with open(config, "rb") as f:

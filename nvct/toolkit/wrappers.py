@@ -2,9 +2,9 @@
 
 Each sets ``NVIDIA_CTK_CONFIG_FILE_PATH`` to the installed config and puts the
 toolkit directory first on ``PATH``, sets every variable aside as the sh fronts do
-(the marked lines of ``nvct/scripts/nvidia-container-runtime``; :mod:`nvct.hookenv`
+(the marked lines of ``nvct/scripts/nvidia-container-runtime``; :mod:`nvct.oci.environ`
 takes back what the program needs), then execs the bundled interpreter through its
-own loader (:func:`nvct.toolkit.runtime.command`; or a host python3 given by
+own loader (:func:`nvct.toolkit.python.command`; or a host python3 given by
 ``--python``) with ``-I`` on :mod:`nvct.toolkit.entry`. The runtime wrappers
 first check that the NVIDIA kernel module is loaded -- ``driver/nvidia/version``
 under the proc root (``$NVCT_PROC_ROOT``, else the installed one), or, for
@@ -25,7 +25,7 @@ import os
 import shlex
 from typing import Sequence, Union
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.toolkit.layout import Layout
 
 #: The lines of the sh front that :func:`passthrough` copies start and end with these.

@@ -75,7 +75,7 @@ def mig_node(sim_base) -> dict:
 
 def node_config(manifest: dict, overrides: dict | None = None):
     """nvct's Config for a node (its nvct-config.toml), with ``overrides`` merged over it."""
-    from nvct import config
+    from nvct.config import file as config
 
     with open(manifest["config"], "rb") as f:
         data = config.parse_toml(f.read(), manifest["config"])
@@ -91,7 +91,7 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 
 def node_driver(manifest: dict):
-    from nvct.driver import Driver
+    from nvct.discover.driver import Driver
 
     return Driver.from_config(node_config(manifest))
 
@@ -103,7 +103,7 @@ def entry_points(tmp_path_factory) -> dict:
     bindir = os.path.dirname(sys.executable)
     wrappers = tmp_path_factory.mktemp("bin")
     for name, target in (("nvct", "nvct.cli:main"),
-                         ("nvidia-container-runtime", "nvct.shim:main")):
+                         ("nvidia-container-runtime", "nvct.programs.shim:main")):
         installed = os.path.join(bindir, name)
         if os.path.isfile(installed) and os.access(installed, os.X_OK):
             out[name] = installed

@@ -7,8 +7,8 @@ import pytest
 from nvct.cdi import encoding, generate, schema, spec, version
 from nvct.cdi import modes as cdi_modes
 from nvct.cdi.registry import Registry
-from nvct.errors import NvctError, RequestError
-from nvct.request import from_env
+from nvct.base.errors import NvctError, RequestError
+from nvct.request.container import from_env
 
 from .conftest import node_config, node_driver
 

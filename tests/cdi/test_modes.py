@@ -6,11 +6,12 @@ import copy
 
 import pytest
 
-from nvct import modes, request
+from nvct.modifier import modes
+from nvct.request import container as request
 from nvct.cdi import modes as cdi_modes
-from nvct.config import Config
-from nvct.edits import HOOK_ENV
-from nvct.errors import ConfigError, RequestError
+from nvct.config.file import Config
+from nvct.edits.model import HOOK_ENV
+from nvct.base.errors import ConfigError, RequestError
 
 from .conftest import write_spec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvct.cdi import names
+from nvct.request import cdinames as names
 
 
 @pytest.mark.parametrize("name, parts", [

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from nvct.cdi.registry import Registry, container_edits
-from nvct.edits import DeviceNode
-from nvct.errors import RequestError, SpecError
+from nvct.edits.model import DeviceNode
+from nvct.base.errors import RequestError, SpecError
 
 from .conftest import minimal_spec, write_spec
 

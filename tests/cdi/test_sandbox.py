@@ -10,10 +10,11 @@ import os
 
 import pytest
 
-from nvct import configkeys
-from nvct.cdi import generate, sandbox
-from nvct.config import Config
-from nvct.errors import NvctError
+from nvct.config import keys as configkeys
+from nvct.cdi import generate
+from nvct.edits import sandbox
+from nvct.config.file import Config
+from nvct.base.errors import NvctError
 
 from .conftest import node_driver
 
@@ -112,7 +113,7 @@ def test_the_config_key_is_known():
 
 
 def test_explain_names_the_choice_and_shows_no_hook(node):
-    from nvct import explain
+    from nvct.doctor import explain
 
     from .conftest import node_config
 

@@ -9,7 +9,7 @@ import pytest
 
 from nvct.cdi import spec
 from nvct.cdi.schema import Invalid
-from nvct.errors import SpecError
+from nvct.base.errors import SpecError
 
 from .conftest import minimal_spec, write_spec
 
@@ -184,8 +184,8 @@ def test_save_replaces_an_existing_file_with_mode_0644(tmp_path):
 
 
 def test_read_sees_every_change_of_a_cached_spec_and_still_validates(tmp_path, monkeypatch):
-    """The parse is cached by content (nvct.parsecache); validation runs on every read."""
-    from nvct import parsecache
+    """The parse is cached by content (nvct.base.parsecache); validation runs on every read."""
+    from nvct.base import parsecache
 
     monkeypatch.setattr(parsecache, "ROOT", str(tmp_path / "run"))
     path = write_spec(tmp_path, "a.yaml", minimal_spec(name="dev0"))

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from nvct.cdi.transform import transform_root
-from nvct.edits import HOOK_ENV
+from nvct.edits.model import HOOK_ENV
 
 ENV = list(HOOK_ENV)
 

@@ -83,7 +83,7 @@ def test_default_has_the_reference_aliases(capsys, alias):
 
 
 def test_default_is_a_valid_config_equal_to_the_defaults(tmp_path, capsys):
-    from nvct import config
+    from nvct.config import file as config
 
     path = tmp_path / "config.toml"
     assert nvct(capsys, "config", "default", "-o", str(path))[0] == 0

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from nvct import explain
+from nvct.doctor import explain
 
 from tests.doctor.nodes import GpuNode, clean_env, entry_point, write
 from tests.support.fixtures import rootfs  # noqa: F401

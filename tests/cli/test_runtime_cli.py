@@ -210,7 +210,7 @@ def test_no_backup_outlives_unconfigure_and_no_message_calls_nvcts_entry_the_ori
 
 
 def test_unconfigure_says_when_its_changes_go_with_a_later_installers(tmp_path, capsys):
-    from nvct import runtimes
+    from nvct import engines as runtimes
 
     path = tmp_path / "daemon.json"
     assert nvct(capsys, "configure", "--runtime", "docker", "--config", str(path))[0] == 0

@@ -104,7 +104,7 @@ class GpuNode:
         return os.path.join(os.path.dirname(sys.executable), name) if self.real else self.stub(name)
 
     def driver(self):
-        from nvct.driver import Driver
+        from nvct.discover.driver import Driver
 
         return Driver(self.dir, self.dir, self.path("proc"))
 
@@ -224,8 +224,8 @@ def entry_point(name: str, tmp_dir: str) -> str:
     installed = os.path.join(os.path.dirname(sys.executable), name)
     if os.path.isfile(installed) and os.access(installed, os.X_OK):
         return installed
-    target = {"nvct": "nvct.cli", "nvidia-container-runtime": "nvct.shim",
-              "nvidia-container-runtime-hook": "nvct.hook"}[name]
+    target = {"nvct": "nvct.cli", "nvidia-container-runtime": "nvct.programs.shim",
+              "nvidia-container-runtime-hook": "nvct.programs.hook"}[name]
     path = os.path.join(tmp_dir, name)
     write(path, f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {REPO!r})\n"
                 f"from {target} import main\nsys.exit(main())\n", 0o755)

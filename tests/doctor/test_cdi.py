@@ -7,7 +7,7 @@ import os
 import yaml
 
 from nvct import doctor
-from nvct.driver import Driver
+from nvct.discover.driver import Driver
 
 from .nodes import by_id, one, write
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from nvct import explain
+from nvct.doctor import explain
 
 from tests.support.bundle import make_bundle
 from tests.support.fixtures import need_binaries, rootfs  # noqa: F401

@@ -10,6 +10,7 @@ import pytest
 
 from nvct import doctor
 from nvct.doctor import permissions
+from nvct.linux import ownership
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +47,7 @@ def _finding(tmp_path, venv, config) -> doctor.Finding:
 def _clean_interpreter_and_packages() -> bool:
     """This test run's own interpreter and nvct are root-only (as on CI), so any fail is the test's doing."""
     paths = {os.path.realpath(sys.executable), os.path.dirname(os.path.realpath(permissions.__file__))}
-    return not any(permissions.ancestor_weaknesses(p) or permissions.tree_weaknesses(p) for p in paths)
+    return not any(ownership.ancestor_weaknesses(p) or ownership.tree_weaknesses(p) for p in paths)
 
 
 def test_a_clean_install_is_ok_and_each_loosened_link_of_the_chain_is_named(tmp_path):
@@ -76,16 +77,16 @@ def test_weakness_is_the_one_rule():
     def st(mode, uid=0, gid=0):
         return os.stat_result((mode, 0, 0, 1, uid, gid, 0, 0, 0, 0))
 
-    assert permissions.weakness(st(stat.S_IFREG | 0o755)) is None
-    assert permissions.weakness(st(stat.S_IFREG | 0o646)) == "mode 0646, world-writable"
-    assert permissions.weakness(st(stat.S_IFDIR | 0o775, gid=100)) == "mode 0775, group 100-writable"
-    assert permissions.weakness(st(stat.S_IFREG | 0o644, uid=1000)) == "owned by uid 1000"
-    assert permissions.weakness(st(stat.S_IFLNK | 0o777)) is None
-    assert permissions.weakness(st(stat.S_IFIFO | 0o644)).startswith("not a file or directory")
+    assert ownership.weakness(st(stat.S_IFREG | 0o755)) is None
+    assert ownership.weakness(st(stat.S_IFREG | 0o646)) == "mode 0646, world-writable"
+    assert ownership.weakness(st(stat.S_IFDIR | 0o775, gid=100)) == "mode 0775, group 100-writable"
+    assert ownership.weakness(st(stat.S_IFREG | 0o644, uid=1000)) == "owned by uid 1000"
+    assert ownership.weakness(st(stat.S_IFLNK | 0o777)) is None
+    assert ownership.weakness(st(stat.S_IFIFO | 0o644)).startswith("not a file or directory")
     # /tmp above a path: nobody may rename another's entry in a sticky directory; inside the chain it counts
-    assert permissions.weakness(st(stat.S_IFDIR | 0o1777), above=True) is None
-    assert permissions.weakness(st(stat.S_IFDIR | 0o1777)) == "mode 1777, world-writable"
-    assert permissions.weakness(st(stat.S_IFREG | 0o644, uid=1000), (0, 1000)) is None
+    assert ownership.weakness(st(stat.S_IFDIR | 0o1777), above=True) is None
+    assert ownership.weakness(st(stat.S_IFDIR | 0o1777)) == "mode 1777, world-writable"
+    assert ownership.weakness(st(stat.S_IFREG | 0o644, uid=1000), (0, 1000)) is None
 
 
 def test_the_package_another_interpreter_of_the_chain_imports_is_walked_too(tmp_path):

@@ -120,7 +120,7 @@ def _edit_spec(node: GpuNode, change) -> None:
 
 def _spec_of_another_root(node: GpuNode) -> None:
     """A copy of the driver elsewhere (a driver container's root, say), and the spec made for it."""
-    from nvct.driver import Driver
+    from nvct.discover.driver import Driver
 
     other = os.path.join(node.tmp, "other-root")
     subprocess.run(["cp", "-a", node.dir, other], check=True)
@@ -255,7 +255,7 @@ FAULTS = {
                                          _old_runc, fix=lambda fix: fix.split("or use crun: ", 1)[1]),
     "no-low-level-runtime": Fault("config.runtimes", "fail", "/nonexistent/runc", False,
                                   lambda n: _config(n, '"/usr/sbin/runc"', '"/nonexistent/runc"'), fix=_after_or),
-    # A newer CUDA compat libcuda in the image: the shim leaves the chain to the hook (nvct.prepare), which is gone.
+    # A newer CUDA compat libcuda in the image: the shim leaves the chain to the hook (nvct.modifier.prepare), which is gone.
     "hook-program-missing": Fault("config.hook", "fail", "compat libcuda is newer than the driver", False,
                                   lambda n: _config(n, f'path = "{n.program("nvct")}"', 'path = "/nonexistent/nvct"'),
                                   fix="an edit of the file", image=lambda root: _newer_compat_libcuda(root)),
@@ -328,7 +328,7 @@ def test_a_deleted_host_node_hides_the_gpu_from_the_host_only(tmp_path, rootfs):
 
 
 def test_without_the_hook_program_containers_the_shim_prepares_still_start(tmp_path, rootfs):
-    """config.hook fails for the containers it names, not for those nvct.prepare does itself."""
+    """config.hook fails for the containers it names, not for those nvct.modifier.prepare does itself."""
     need_runtime("runc")
     node = GpuNode(tmp_path, mode="jit-cdi", real=True)
     _config(node, f'path = "{node.program("nvct")}"', 'path = "/nonexistent/nvct"')

@@ -107,8 +107,8 @@ def _assert_access(result, injected: set[str]) -> None:
 
 def _assert_nothing_left(cid: str) -> None:
     """No cgroup directory named after the container, no nvct program loaded, nothing pinned."""
-    from nvct import bpf
-    from nvct.namespaces import mounts
+    from nvct.linux import bpf
+    from nvct.linux.namespaces import mounts
 
     find = [*V2_RUNC[:-1], "/bin/sh", "-c", f"find /sys/fs/cgroup -name '{cid}*'"]
     for _ in range(50):  # docker removes the container after its client returns, and
@@ -168,7 +168,7 @@ def test_v2_hook_failure_reason_reaches_runc_error_line(tmp_path, sim_node, root
 #: shape (BPF_F_ALLOW_MULTI: every program must allow) that denies char ``major:minor``.
 POLICY_HOOK = """#!{python}
 import json, os, sys
-from nvct import bpf, cgroups
+from nvct.linux import bpf, cgroups
 major, minor = (None if x == "*" else int(x) for x in sys.argv[1].split(":"))
 jumps = [(2, 2), (4, major)] + ([(5, minor)] if minor is not None else [])  # char, major, minor
 checks = [bpf.insn(0x55, reg, off=len(jumps) + 1 - i, imm=value) for i, (reg, value) in enumerate(jumps)]

@@ -243,7 +243,7 @@ def _demux(raw: bytes) -> tuple[str, str]:
 
 # --- the verdict for a dockerd with a CDI route (docker 29's; none runs here) ---
 def test_cdi_names_of_gpus_values():
-    from nvct.clipaths import cdi_names
+    from nvct.doctor.clipaths import cdi_names
 
     assert cdi_names("docker", "all") == ["nvidia.com/gpu=all"]
     assert cdi_names("docker", '"device=0,GPU-1234"') == ["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-1234"]

@@ -19,7 +19,7 @@ import pytest
 import tomlkit
 
 from tests.e2e.conftest import expected_nodes, node_config
-from tests.runtimes import toml_loads
+from tests.engines import toml_loads
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE
 from tests.support.noderoot import CRI_IMAGES, CRI_RUNTIME, SCRIPTS, NodeContainerd, NodeRoot, entered_node_root
 

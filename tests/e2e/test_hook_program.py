@@ -4,7 +4,7 @@ The program is a logging wrapper named as NVIDIA's programs are, in front of
 nvct's own; the container proves the hook chain ran (libcuda by soname, the
 dev symlink), the log proves which program ran it. The images here have no ld
 cache, so the chain stays a hook (only ldconfig can make one; otherwise the
-shim does the chain's work itself, nvct.prepare).
+shim does the chain's work itself, nvct.modifier.prepare).
 """
 
 from __future__ import annotations

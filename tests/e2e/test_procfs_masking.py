@@ -108,7 +108,7 @@ def test_legacy_mig_config_shows_the_whole_capabilities_tree(tmp_path, sim_node,
 @pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
 def test_cdi_modes_leave_proc_to_the_kernel_as_the_reference(tmp_path, mig_node, rootfs, mode, runtime):
     """The reference's CDI edits cannot mount under /proc either: every GPU's files stay visible.
-    params is masked by the shim's sh hook (nvct.prepare), the chain's other steps done before."""
+    params is masked by the shim's sh hook (nvct.modifier.prepare), the chain's other steps done before."""
     lines = _show(tmp_path, mig_node, rootfs, mode, "NVIDIA_VISIBLE_DEVICES=1,3", runtime=runtime)
     assert set(_gpu_files(mig_node, *range(len(mig_node["gpus"])))) <= set(lines)
     assert {"./capabilities/mig/config", *_mig_caps(mig_node, 0, 0), *_mig_caps(mig_node, 2, 1)} <= set(lines)

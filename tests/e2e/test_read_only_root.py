@@ -3,7 +3,7 @@
 crun makes the root read-only before createContainer hooks run, so the hook
 chain's links and ld cache could not be written (the reference fails the same
 way: containers/crun#1924). The shim writes them before the runtime starts
-(nvct.prepare); where the chain stays a hook (here: an image without an ld
+(nvct.modifier.prepare); where the chain stays a hook (here: an image without an ld
 cache, which only ldconfig can make), under crun the shim lets the chain's last
 step make the root read-only instead; runc does it after the hooks itself.
 Either way the container must get its GPU and libraries, and a root it cannot

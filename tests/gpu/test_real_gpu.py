@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from nvct import config as config_mod, inventory
-from nvct.driver import Driver
+from nvct.config import file as config_mod
+from nvct.discover import inventory
+from nvct.discover.driver import Driver
 
 BIN = os.path.dirname(sys.executable)
 

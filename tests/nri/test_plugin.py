@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from nvct.errors import ConfigError
+from nvct.base.errors import ConfigError
 from nvct.nri import messages as m
 from nvct.nri import ttrpc, wire
 from nvct.nri.plugin import NriError, Plugin, Policy
@@ -149,7 +149,7 @@ def test_config_source_file_path_is_accepted():
 
 
 def test_config_source_file_path_is_what_the_runtimes_are_read_from(tmp_path):
-    from nvct import runtimes
+    from nvct import engines as runtimes
 
     config, source = tmp_path / "config.toml", tmp_path / "source.toml"
     config.write_text("version = 3\n")

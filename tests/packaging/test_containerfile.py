@@ -46,7 +46,7 @@ def test_image_runs_the_node_installer_by_the_reference_images_name():
     # both are package scripts that run nvct toolkit install.
     for program in ("nvidia-ctk-installer", "nvidia-toolkit"):
         assert f'"nvct/scripts/{program}"' in (REPO / "pyproject.toml").read_text()
-        assert "from nvct.dropin.installer import main" in (REPO / f"nvct/scripts/{program}").read_text()
+        assert "from nvct.programs.installer import main" in (REPO / f"nvct/scripts/{program}").read_text()
     assert not _all("CMD")
 
 

@@ -23,8 +23,8 @@ from tests.support.podman import PODMAN, Podman
 from tests.support.rootfs import BUSYBOX, base_rootfs, make_rootfs
 from tests.support.runtimes import RUNC, create_start_delete
 
-from nvct import config
-from nvct.dropin.version import REFERENCE_VERSION
+from nvct.config import file as config
+from nvct.programs.version import REFERENCE_VERSION
 
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
             "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")
@@ -110,8 +110,8 @@ def test_deb_installs_the_programs_config_hook_and_python_package(deb):
     for link in MODE_RUNTIMES:
         assert os.readlink(deb.unpacked / link[1:]) == "nvidia-container-runtime", link
     wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | set(UNITS) | set(MODE_RUNTIMES) | {
-        CONFFILE, OCI_HOOK, NORMALIZE, f"{SITE}/nvct/__init__.py", f"{SITE}/nvct/shim.py",
-        f"{SITE}/nvct/hook.py", f"{SITE}/nvct/cli/__init__.py",
+        CONFFILE, OCI_HOOK, NORMALIZE, f"{SITE}/nvct/__init__.py", f"{SITE}/nvct/programs/shim.py",
+        f"{SITE}/nvct/programs/hook.py", f"{SITE}/nvct/cli/__init__.py",
         "/usr/share/doc/nvct/copyright"}
     assert wanted <= deb.paths, sorted(wanted - deb.paths)
     for program in [f"/usr/bin/{p}" for p in PROGRAMS] + [NORMALIZE]:
@@ -235,7 +235,7 @@ def _check_gpu_container(result, spec, hook_program: str) -> None:
     _check_gpu_output(result)
     hooks = [h["path"] for stage in spec.get("hooks", {}).values() for h in stage]
     if hook_program == "nvct" and "/usr/bin/nvct" not in hooks:
-        assert hooks == ["/bin/sh"], hooks  # nvct.prepare's params mask
+        assert hooks == ["/bin/sh"], hooks  # nvct.modifier.prepare's params mask
         return
     assert f"/usr/bin/{hook_program}" in hooks, hooks  # the installed programs did the work
 
@@ -439,7 +439,7 @@ def test_podman_runs_a_reference_cdi_spec_through_the_packaged_nvidia_cdi_hook(d
     import yaml
 
     from nvct.simulate.node import build_node
-    from tests.dropin.test_podman_reference_spec import reference_spec
+    from tests.programs.test_podman_reference_spec import reference_spec
     from tests.support.podman import CDI_DIRS, cdi_spec, unique_cdi_vendor
 
     _skip_if_this_machine_has_nvct_or_the_toolkit()

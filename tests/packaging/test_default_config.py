@@ -7,8 +7,9 @@ import re
 
 from tests.packaging.pkgtest import REPO
 
-from nvct import cli, config
-from nvct.runtimes import ocihook
+from nvct import cli
+from nvct.config import file as config
+from nvct.engines import ocihook
 
 CONFIG = REPO / "config" / "config.toml"
 OCI_HOOK = REPO / "hooks" / "oci-nvidia-hook.json"

@@ -13,7 +13,7 @@ import pytest
 from tests.packaging.pkgtest import BUILD_ENV, REPO
 from tests.support.proc import run
 
-from nvct import config
+from nvct.config import file as config
 
 SCRIPT = REPO / "packaging" / "normalize-config"
 SHIPPED = REPO / "config" / "config.toml"

@@ -16,7 +16,7 @@ import pytest
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.support.proc import SYSTEM_PATH, run
 
-from nvct.dropin.version import REFERENCE_VERSION
+from nvct.programs.version import REFERENCE_VERSION
 
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
             "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")
@@ -74,7 +74,7 @@ def test_rpm_installs_the_programs_config_hook_and_python_package(rpm):
     wanted = {f"/usr/bin/{p}" for p in PROGRAMS} | set(UNITS) | set(MODE_RUNTIMES) | {CONFFILE, OCI_HOOK, NORMALIZE}
     assert wanted <= set(rpm.files), sorted(wanted - set(rpm.files))
     modules = {SITE.sub("", f) for f in rpm.files if SITE.match(f)}
-    assert {"nvct/__init__.py", "nvct/shim.py", "nvct/hook.py", "nvct/cli/__init__.py",
+    assert {"nvct/__init__.py", "nvct/programs/shim.py", "nvct/programs/hook.py", "nvct/cli/__init__.py",
             f"nvct-{project_version()}.dist-info/METADATA"} <= modules
     assert {m for m in modules if m.startswith("nvct/") and m.endswith(".py")} == rpm.modules
     modes = dict(line.rsplit(" ", 1) for line in

@@ -48,7 +48,7 @@ PY = sys.executable
 BIN = os.path.dirname(PY)
 SHIM = os.path.join(BIN, "nvidia-container-runtime")
 RUNC = "/usr/sbin/runc"
-HEAVY = ("click", "tomlkit", "yaml", "elftools", "nvct.nvml", "ctypes")
+HEAVY = ("click", "tomlkit", "yaml", "elftools", "nvct.discover.nvml", "ctypes")
 
 
 def _median_ms(fn, runs: int) -> float:
@@ -61,8 +61,10 @@ def _median_ms(fn, runs: int) -> float:
 
 
 def in_process(node: dict, runs: int) -> float:
-    from nvct import config as config_mod, injection, request
-    from nvct.driver import Driver
+    from nvct.config import file as config_mod
+    from nvct.edits import build as injection
+    from nvct.request import container as request
+    from nvct.discover.driver import Driver
 
     config = config_mod.load(node["config"])
     spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
@@ -89,7 +91,7 @@ def import_time(module: str) -> float:
 def heavy_modules_after_passthrough(bundle: str) -> list[str]:
     code = (
         "import os, sys; os.execve = lambda *a: None; sys.argv = [%r];"
-        "from nvct.shim import main; main(['create', '--bundle', %r, 'x']);"
+        "from nvct.programs.shim import main; main(['create', '--bundle', %r, 'x']);"
         "print(' '.join(m for m in %r if m in sys.modules))" % (SHIM, bundle, HEAVY)
     )
     return subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -307,7 +309,7 @@ def main() -> None:
 def _forget_recorded_runtimes() -> None:
     """Start from an empty runtime cache, as a node with a config or two has it: the sh front reads
     it a byte per system call, and a test machine's holds a line per test config (up to 64)."""
-    from nvct import lowlevel
+    from nvct.oci import runtime as lowlevel
 
     with contextlib.suppress(FileNotFoundError):
         os.unlink(lowlevel.CACHE)
@@ -336,7 +338,7 @@ def _process_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: i
         figures[f"inprocess_{name}_ms"] = in_process(node, runs * 5)
     baseline_import = _process_ms([PY, "-c", "pass"], runs)
     figures["python_start_ms"] = baseline_import
-    for module in ("nvct.shim", "nvct.hook", "nvct.cli", "nvct.hooks"):
+    for module in ("nvct.programs.shim", "nvct.programs.hook", "nvct.cli", "nvct.hooks"):
         figures[f"import_{module}_ms"] = import_time(module)
     plain = make_bundle(os.path.join(work, "plain-passthrough"), rootfs, ["true"])
     figures["heavy_modules_on_passthrough"] = heavy_modules_after_passthrough(plain)
@@ -358,7 +360,7 @@ REFERENCE_CONFIG = os.path.join(HERE, "reference-config.toml")
 
 def default_configs(work: str) -> dict[str, str]:
     """nvct's shipped config and the reference's default one, copied into ``work``, old enough to
-    be recorded at once (nvct.lowlevel.identity): name -> path."""
+    be recorded at once (nvct.oci.runtime.identity): name -> path."""
     out = {}
     shipped = subprocess.run([os.path.join(BIN, "nvct"), "config", "default"], capture_output=True, text=True,
                              check=True).stdout
@@ -454,7 +456,7 @@ def _batch_cases(nodes: dict, work: str, size: int, env: dict) -> dict[str, list
         path = os.path.join(work, f"batch{size}-{mode}.toml")
         with open(node["config"]) as src, open(path, "w") as f:
             f.write(src.read() + extra)
-        then = time.time() - 60  # old enough to be recorded at once (nvct.lowlevel.identity)
+        then = time.time() - 60  # old enough to be recorded at once (nvct.oci.runtime.identity)
         os.utime(path, (then, then))
         configs[f"{mode}_8gpu"] = path
     cases: dict[str, list[Case]] = {}
@@ -529,7 +531,7 @@ def flock(fd, op):
 fcntl.flock = flock
 os.execve = lambda *a: None
 sys.argv = [%(shim)r]
-from nvct.shim import main
+from nvct.programs.shim import main
 main(["create", "--bundle", %(bundle)r, "x"])
 ex = [(t0, t1) for op, t0, t1 in taken if op == fcntl.LOCK_EX]
 un = [t0 for op, t0, t1 in taken if op == fcntl.LOCK_UN]

@@ -20,11 +20,12 @@ from typing import Callable
 
 import pytest
 
-from nvct import rootfs
-from nvct.errors import ContainerError
-from nvct.namespaces import in_private_mount_namespace, mounts
-from nvct.privileges import drop_capabilities
-from nvct.rootfs import Rootfs
+from nvct.linux import fs
+from nvct.rootfs import root as rootfs
+from nvct.base.errors import ContainerError
+from nvct.linux.namespaces import in_private_mount_namespace, mounts
+from nvct.linux.privileges import drop_capabilities
+from nvct.rootfs.root import Rootfs
 
 def snapshot(top: Path) -> dict[str, tuple]:
     """Everything observable about the tree at ``top`` (symlinks not followed)."""
@@ -110,7 +111,7 @@ class Scene:
 
         def work():
             if resolver == "walk":
-                rootfs._have_openat2 = False
+                fs._have_openat2 = False
             if proc:
                 (self.root / "proc").mkdir(exist_ok=True)
                 rootfs.mount("proc", f"{root}/proc", "proc", rootfs.MS_NOSUID)

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from nvct.privileges import minimal_env, sanitize_environ
+from nvct.linux.privileges import minimal_env, sanitize_environ
 
 PRELOAD_C = r"""
 #include <fcntl.h>
@@ -73,7 +73,7 @@ def test_fixed_environment_for_children(evil_image, tmp_path, monkeypatch):
     assert not marker.exists()
 
 
-# --- the sh fronts and nvct.hookenv: the caller's environment, set aside before the interpreter ---
+# --- the sh fronts and nvct.oci.environ: the caller's environment, set aside before the interpreter ---
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "nvct", "scripts")
 #: Values a front must carry through unchanged: newlines (one that looks like `export -p`'s next
@@ -112,7 +112,7 @@ def front(request, tmp_path):
 
 
 def _restored(monkeypatch, got: dict, program: str, argv: list) -> dict:
-    from nvct import hookenv
+    from nvct.oci import environ as hookenv
 
     for name in list(os.environ):
         monkeypatch.delenv(name)
@@ -146,7 +146,7 @@ def test_python_gets_the_callers_environment_back_exactly(front, monkeypatch):
 
 
 def test_each_kind_takes_back_its_own_list():
-    from nvct.hookenv import STEP_PATH, taken_back
+    from nvct.oci.environ import STEP_PATH, taken_back
 
     caller = {"PATH": "/p", "NVIDIA_CTK_CONFIG_FILE_PATH": "/c.toml", "NVCT_PROC_ROOT": "/proc", "HOME": "/root",
               "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "PYTHONDONTWRITEBYTECODE": "1", "GCONV_PATH": "/g",
@@ -178,7 +178,7 @@ def test_each_kind_takes_back_its_own_list():
     ("NVCT_DEV_ROOT", "../dev", True),
 ])
 def test_refused_only_where_the_working_directory_would_decide(name, value, refused):
-    from nvct.hookenv import refusal
+    from nvct.oci.environ import refusal
 
     why = refusal("nvidia-container-runtime-hook", ["h", "prestart"], {name: value})
     assert bool(why) == refused, why

@@ -124,7 +124,7 @@ def test_config_truncated_mid_line_is_an_error_naming_it(tmp_path, sim_node, roo
 
 def _python_creates(front) -> int:
     with open(front.log) as f:
-        return sum(line.startswith("from nvct.shim import main") and (" run --bundle" in line or " create " in line)
+        return sum(line.startswith("from nvct.programs.shim import main") and (" run --bundle" in line or " create " in line)
                    for line in f)
 
 
@@ -157,7 +157,7 @@ def test_legacy_hook_uses_the_config_the_shim_decided_with(tmp_path, sim_node, r
 #: The shim in-process, with the first library of its edits taken away once they are computed (an upgrade).
 _VANISH = """
 import os, sys
-from nvct import modes, shim
+from nvct.modifier import modes; from nvct.programs import shim
 real = modes.modify
 def modify(*args, **kwargs):
     result = real(*args, **kwargs)

@@ -16,7 +16,7 @@ in legacy, jit-cdi and cdi mode (a spec from ``nvct cdi generate``), in legacy m
 appended by the shim's sh front, and under podman with the hooks.d hook.
 Each must start with its GPU, leave no marker and nothing mounted. A stale spec
 whose nvct hook lacks env is sealed by the shim; an environment the seal let through
-is set aside by the hook's sh front before its interpreter starts (nvct.hookenv).
+is set aside by the hook's sh front before its interpreter starts (nvct.oci.environ).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every GPU container gets the driver's ``/proc/driver/nvidia/params`` masked
 (``ModifyDeviceFiles: 0``): by the shim's sh hook (jit-cdi and cdi mode,
-nvct.prepare), by the chain hook's Python step (a CDI spec run by a CDI-aware
+nvct.modifier.prepare), by the chain hook's Python step (a CDI spec run by a CDI-aware
 engine, no shim), and by the legacy hook. A volume at ``/proc/driver`` (or over
 ``/proc``) whose ``nvidia/params`` is a host file, or a link to one, must not
 get that mount: with ``rootfsPropagation: shared`` on a host whose ``/`` is
@@ -22,7 +22,7 @@ import os
 
 import pytest
 
-from nvct.prepare import MASK_SCRIPT, PARAMS_FILE
+from nvct.modifier.prepare import MASK_SCRIPT, PARAMS_FILE
 from tests.support.bundle import add_hook, edit_config, make_bundle
 from tests.support.fixtures import rootfs  # noqa: F401
 from tests.support.gpu_runs import NVCT, PATH_ENV, need_runtime, refusal, run_gpu
@@ -199,9 +199,9 @@ def _judge(root: str, layout: str, masked: str, shell: list[str]) -> tuple[str, 
     """In a private mount namespace: (sh's verdict, Python's verdict, what params shows after the sh)."""
     import subprocess
 
-    from nvct.errors import ContainerError
+    from nvct.base.errors import ContainerError
     from nvct.hooks.steps import PARAMS, kernel_proc_path
-    from nvct.rootfs import Rootfs
+    from nvct.rootfs.root import Rootfs
 
     if layout == "own":
         subprocess.run(["mount", "--bind", os.path.join(root, "proc/driver"), "/proc/driver"], check=True)
@@ -227,7 +227,7 @@ SHELLS = {"dash": ["/bin/sh"], "bash": ["/bin/bash", "--posix"]}
 @pytest.mark.parametrize("shell", sorted(SHELLS))
 @pytest.mark.parametrize("layout", sorted(RULE))
 def test_the_sh_hook_and_the_python_step_are_one_rule(tmp_path, layout, shell):
-    from nvct.namespaces import in_private_mount_namespace
+    from nvct.linux.namespaces import in_private_mount_namespace
     from tests.support.fixtures import need_root
 
     need_root()

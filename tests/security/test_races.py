@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from nvct import rootfs
+from nvct.rootfs import root as rootfs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount, mknod)")
 

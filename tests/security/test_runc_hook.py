@@ -30,10 +30,10 @@ LIB = "/usr/lib/x86_64-linux-gnu"
 HOOK = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from nvct.errors import NvctError
-from nvct.namespaces import in_mount_namespace_of
-from nvct.privileges import sanitize_environ
-from nvct.rootfs import Rootfs
+from nvct.base.errors import NvctError
+from nvct.linux.namespaces import in_mount_namespace_of
+from nvct.linux.privileges import sanitize_environ
+from nvct.rootfs.root import Rootfs
 
 sanitize_environ()
 state = json.load(sys.stdin)

@@ -1,4 +1,4 @@
-"""The shim's own writes into a hostile image (nvct.prepare), through the real runtimes.
+"""The shim's own writes into a hostile image (nvct.modifier.prepare), through the real runtimes.
 
 For jit-cdi and cdi mode the shim writes the links, the ld cache and its conf
 file into the container's root from the host, before runc or crun run. An

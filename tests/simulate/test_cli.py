@@ -65,7 +65,7 @@ def test_simulate_aarch64_node_command(tmp_path, capsys, monkeypatch):
     assert m["gpus"][0]["bus_id"] == "0009:01:00.0"
     assert not os.path.exists(d / "usr/lib/i386-linux-gnu") and not os.path.exists(d / "usr/lib/x86_64-linux-gnu")
     # What aarch64 ldconfig wrote: every driver library flagged libc6,AArch64.
-    from nvct import ldcache
+    from nvct.discover import ldcache
 
     entries = ldcache.load(d / "etc/ld.so.cache")
     assert entries and {e.arch for e in entries} == {"aarch64"} and {e.flags for e in entries} == {0x0A03}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.simulate.driver import driver
 
 

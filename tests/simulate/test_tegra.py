@@ -1,4 +1,4 @@
-"""csv mode's reading of a board (nvct.csvmode) on the simulated Jetson, without containers."""
+"""csv mode's reading of a board (nvct.edits.csvmode) on the simulated Jetson, without containers."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from nvct import csvmode
-from nvct.driver import Driver
-from nvct.errors import ConfigError
+from nvct.edits import csvmode
+from nvct.discover.driver import Driver
+from nvct.base.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_every_entry_becomes_an_edit(board):
 
 
 def test_the_fast_soname_reader_reads_arm64_libraries(board):
-    from nvct import elf
+    from nvct.linux import elf
 
     root = board["roots"]["driver_root"]
     for path in board["files"]:

@@ -1,4 +1,4 @@
-"""The simulated WSL2 node, and what nvct.wsl reads from it (no containers)."""
+"""The simulated WSL2 node, and what nvct.edits.wsl reads from it (no containers)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from nvct import wsl
-from nvct.driver import Driver
-from nvct.errors import DriverError, RequestError
+from nvct.edits import wsl
+from nvct.discover.driver import Driver
+from nvct.base.errors import DriverError, RequestError
 from nvct.simulate.wsl import build_wsl_node
 
 
@@ -61,7 +61,7 @@ def test_one_device_all():
 
 
 def test_the_fast_soname_reader_agrees_with_pyelftools(wsl_files):
-    from nvct import elf
+    from nvct.linux import elf
 
     root = wsl_files["roots"]["driver_root"]
     for path in wsl_files["injected"]:

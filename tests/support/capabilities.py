@@ -1,4 +1,4 @@
-"""libnvidia-container's capability tables, written out independently of nvct.driver.
+"""libnvidia-container's capability tables, written out independently of nvct.discover.driver.
 
 From its src/options.h (what each container option turns on) and src/nvc_info.c
 (the library lists, GLVND graphics as the toolkit runs it), plus what the reference

@@ -127,7 +127,7 @@ def refusal(result: Result, tmp_path=None) -> str:
 
 def mounts_under(path: str) -> list[str]:
     """Mount points at or below ``path`` in this namespace (none may be left after a run)."""
-    from nvct.namespaces import mounts
+    from nvct.linux.namespaces import mounts
 
     prefix = os.path.realpath(path).rstrip("/") + "/"
     return [m.mount_point for m in mounts() if (m.mount_point + "/").startswith(prefix)]

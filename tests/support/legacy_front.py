@@ -106,7 +106,7 @@ def request_specs(pieces: list[str], max_pieces: int):
     """Hypothesis specs whose env, annotations and mount destinations are run together from ``pieces``.
 
     The pieces are the names a GPU request may use, whole, cut and escaped: a
-    front must decide on such a spec as nvct.request.might_request_gpu does.
+    front must decide on such a spec as nvct.request.container.might_request_gpu does.
     """
     from hypothesis import strategies as st
 

@@ -141,7 +141,7 @@ def cached_node_root(suite: str = SUITE, packages: Sequence[str] = PACKAGES) -> 
 
 def _remove_root(root: str) -> None:
     """rmtree, refused while anything is mounted under ``root`` here (it could be the host's /tmp)."""
-    from nvct.namespaces import mounts
+    from nvct.linux.namespaces import mounts
 
     prefix = os.path.realpath(root) + "/"
     inside = [m.mount_point for m in mounts() if (m.mount_point + "/").startswith(prefix)]

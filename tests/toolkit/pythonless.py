@@ -24,7 +24,7 @@ import re
 import shutil
 import subprocess
 
-from nvct.toolkit import runtime
+from nvct.toolkit import python as runtime
 
 BUSYBOX = "/bin/busybox"
 RUNC = "/usr/sbin/runc"

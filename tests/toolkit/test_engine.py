@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from nvct.errors import ConfigError
+from nvct.base.errors import ConfigError
 from nvct.toolkit import Installation, Options, daemons
 from nvct.toolkit.daemons import DaemonError
 
@@ -96,7 +96,7 @@ def test_docker_signal_reload_adds_the_runtimes_and_removal_leaves_dockerd_on_ru
 
 def test_without_the_explicit_reload_dockerd_would_keep_the_gone_default(tmp_path, fake_dockerd):
     """What the interim reload prevents (the fake behaves as dockerd 20.10)."""
-    from nvct import runtimes
+    from nvct import engines as runtimes
 
     daemon = fake_dockerd(DAEMON_JSON)
     runtimes.configure("docker", daemon.config, {"nvidia": "/x/nvidia-container-runtime"}, set_default="nvidia")

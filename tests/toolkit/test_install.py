@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from nvct import config as nvct_config
+from nvct.config import file as nvct_config
 from nvct.cdi import spec as cdi_spec
-from nvct.errors import ConfigError, NvctError
+from nvct.base.errors import ConfigError, NvctError
 from nvct.toolkit import Installation, Interrupted, Layout, Options
 
 WRAPPERS = ["nvct", "nvidia-cdi-hook", "nvidia-container-cli", "nvidia-container-runtime",
@@ -49,7 +49,7 @@ def test_the_toolkit_tree(tmp_path):
     for dep in ("click", "tomlkit", "yaml", "elftools"):
         assert (python / dep / "__init__.py").is_file(), dep
     # Compiled at install (the bundled interpreter is the installer's own).
-    assert list((python / "nvct" / "__pycache__").glob(f"shim.{sys.implementation.cache_tag}.pyc"))
+    assert list((python / "nvct" / "programs" / "__pycache__").glob(f"shim.{sys.implementation.cache_tag}.pyc"))
     assert "host check: ok: Python" in "\n".join(log)
     assert "/.runtime/nvct-" in "\n".join(log)
     assert os.listdir(tmp_path / "install") == ["toolkit"]  # no staging directory left behind
@@ -310,7 +310,7 @@ def test_with_the_hosts_python_the_tree_is_compiled_and_root_only_too(tmp_path):
     root = tmp_path / "install" / "toolkit"
     assert _loose(root) == []
     python = root / ".runtime" / "current" / "lib" / "python"
-    assert list((python / "nvct" / "__pycache__").glob(f"shim.{sys.implementation.cache_tag}.pyc"))
+    assert list((python / "nvct" / "programs" / "__pycache__").glob(f"shim.{sys.implementation.cache_tag}.pyc"))
 
 
 def test_an_upgrade_mends_the_directories_it_writes_into(tmp_path):

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from nvct import runtimes
-from nvct.errors import NvctError
+from nvct import engines as runtimes
+from nvct.base.errors import NvctError
 from nvct.toolkit import Installation, Options
 
 CONTAINERD = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
@@ -124,7 +124,7 @@ def test_an_older_nvcts_backup_of_its_own_entry_is_removed_and_said(tmp_path):
 def test_the_entry_programs_keep_the_reference_restart_modes(monkeypatch):
     """docker and containerd: signal; cri-o: systemd (the reference's per-engine defaults)."""
     from nvct import cli
-    from nvct.dropin import installer
+    from nvct.programs import installer
 
     seen = []
     monkeypatch.setattr(cli, "main", lambda argv: seen.append(argv) or 0)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nvct.errors import NvctError
+from nvct.base.errors import NvctError
 from nvct.toolkit import payload
 from nvct.toolkit.layout import ENTRY
 
@@ -21,7 +21,7 @@ def _entry(python_dir, *args, flags=("-I",)) -> subprocess.CompletedProcess:
 def test_nvct_and_its_dependencies_are_copied_without_bytecode(tmp_path):
     copied = payload.copy_python(str(tmp_path))
     assert copied == ["nvct", *payload.DEPENDENCIES]
-    assert (tmp_path / "nvct" / "shim.py").is_file()
+    assert (tmp_path / "nvct" / "programs" / "shim.py").is_file()
     assert (tmp_path / "prctl.py").is_file()
     assert [p.name for p in tmp_path.glob("_prctl*.so")]
     assert not list(tmp_path.rglob("*.pyc"))
@@ -37,7 +37,7 @@ def test_the_check_passes_with_everything_copied(tmp_path):
     result = _entry(str(tmp_path), "nvct", "/x/nvct", "--check", flags=("-I", "-S"))  # -S: nothing but the copy
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"ok: Python {sys.version.split()[0]}")
-    assert list((tmp_path / "nvct" / "__pycache__").glob("shim.*.pyc"))
+    assert list((tmp_path / "nvct" / "programs" / "__pycache__").glob("shim.*.pyc"))
 
 
 def test_the_check_names_what_the_hosts_python_lacks(tmp_path):

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from nvct import parsecache
+from nvct.base import parsecache
 from nvct.toolkit import Installation, Layout, Options
 from nvct.toolkit.wrappers import runtime_wrapper
 from tests.security.test_engine_env import planted  # noqa: F401 - a fixture
@@ -175,7 +175,7 @@ def test_once_the_shim_recorded_the_runtime_other_calls_start_no_python(installe
     layout, proc, record = installed
     (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
     old = os.stat(layout.config()).st_mtime - 60
-    os.utime(layout.config(), (old, old))  # a config just written is not trusted yet (nvct.lowlevel._RACY_NS)
+    os.utime(layout.config(), (old, old))  # a config just written is not trusted yet (nvct.oci.runtime._RACY_NS)
     _run(layout.runtime(), "state", "x")  # through Python: records the runtime for the installed config
     _calls(record)
     execs = [p for p in _execs(layout.runtime(), "state", "y") if p != "/usr/bin/stat"]  # the config's identity

@@ -1,0 +1,362 @@
+"""Request + driver -> edits: everything a GPU container gets, and why.
+
+Two halves, so that a CDI spec can carry them apart: ``device_edits`` for
+one GPU or MIG device (its nodes), and ``common_edits`` for what every GPU
+container of given capabilities shares (control nodes, libraries, binaries,
+sockets, firmware, and the in-container hook). ``container_edits`` joins them
+for one request. Container paths are the host paths under the driver root,
+as the reference chooses them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from nvct.edits.devices import Selection, select
+from nvct.discover.driver import VDPAU_DIRS, Driver, Gpu, Library, MigDevice, Node, library_sets
+from nvct.edits.model import ContainerEdits, DeviceNode, Hook, Mount
+from nvct.base.errors import NvctError, RequestError
+from nvct.base.log import logger
+from nvct.oci.runtime import which
+from nvct.request.container import Request
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Sequence
+
+RO_MOUNT = ("ro", "nosuid", "nodev", "rbind", "rprivate")
+IPC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
+RW_MOUNT = ("nosuid", "nodev", "noexec", "rbind", "rprivate")
+
+#: Links the reference creates beside the SONAME links.
+_GLX_INDIRECT = ("libGLX_nvidia.so.0", "libGLX_indirect.so.0")
+_GLXSERVER = "libglxserver_nvidia.so"
+#: gbm loads the driver's backend by this name, a link to the allocator (as the driver installs it).
+_GBM_BACKEND = ("libnvidia-allocator.so.1", "gbm/nvidia-drm_gbm.so")
+
+
+def _library_links(lib: Library, name: str) -> list[tuple[str, str]]:
+    """(target, link name in the library's folder) for one injected library file ``name``.
+
+    The SONAME link (when the SONAME is not the file), and for 64-bit libraries the
+    unversioned ``.so`` a program links or dlopens by (``libnvidia-ml.so``; the reference
+    makes one for every driver library with a short SONAME) and the GLX indirect name.
+    """
+    links = []
+    if lib.soname != name:
+        links.append((name, lib.soname))
+    if lib.compat32:
+        return links
+    stem = lib.soname.split(".so", 1)[0] + ".so"
+    if os.path.dirname(lib.path) in VDPAU_DIRS:  # a VDPAU module, opened by its SONAME only
+        return links
+    if stem != lib.soname and (lib.soname != name or stem == "libnvidia-vulkan-producer.so"):
+        links.append((lib.soname, stem))
+    if lib.soname == _GLX_INDIRECT[0]:
+        links.append((lib.soname, _GLX_INDIRECT[1]))
+    return links
+
+#: Extra device classes switched on by NVIDIA_GDS and friends: (device globs, files to mount).
+GATED = {
+    "gds": (("/dev/nvidia-fs*",), ("/etc/cufile.json", "/run/udev")),
+    "mofed": (("/dev/infiniband/uverbs*", "/dev/infiniband/rdma_cm"), ()),
+    "nvswitch": (("/dev/nvidia-nvswitchctl", "/dev/nvidia-nvswitch*"), ()),
+    "gdrcopy": (("/dev/gdrdrv",), ()),
+}
+
+
+def container_edits(request: Request, driver: Driver, config, *, hook_path: str | None = None,
+                    generation=None, sandbox: bool = False) -> ContainerEdits:
+    """All edits for one GPU request (devices, then what they share).
+
+    ``generation``: jit-cdi's feature flags and hook choices (:mod:`nvct.cdi.features`).
+    ``sandbox``: no hook at all (:mod:`nvct.edits.sandbox`).
+    """
+    if not request.is_gpu:
+        return ContainerEdits()
+    from nvct.edits import wsl
+
+    if wsl.is_wsl(driver):  # no NVIDIA module: /dev/dxg and the driver store (nvct.edits.wsl)
+        if sandbox:
+            raise NvctError("sandbox edits are not available on WSL2 (its driver store needs the ld cache hook)")
+        edits = wsl.container_edits(request, driver, hook_path=hook_path or hook_executable(config),
+                                    ldconfig=ldconfig_setting(config))
+        return generation.finish(edits) if generation is not None else edits
+    from nvct.edits import csvmode
+
+    if csvmode.is_tegra(driver):  # a Jetson: what its CSV lists name, in every mode (nvct.edits.csvmode)
+        edits = csvmode.container_edits(driver, csvmode.files_for(request, config),
+                                        hook_path=hook_path or hook_executable(config),
+                                        ldconfig=ldconfig_setting(config))
+        return generation.finish(edits) if generation is not None else edits
+    selection = selection_for(request, driver, config)
+    edits = ContainerEdits()
+    for gpu in selection.gpus:
+        edits.extend(gpu_edits(driver, gpu, request.capabilities))
+    for gpu, mig in selection.migs:
+        edits.extend(mig_edits(driver, gpu, mig, request.capabilities))
+    edits.extend(_mig_management_edits(request, driver))
+    edits.extend(_imex_edits(request, driver))
+    for feature in sorted(request.features):
+        edits.extend(gated_edits(driver, feature))
+    edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
+                              ldconfig=ldconfig_setting(config), generation=generation, sandbox=sandbox))
+    if not sandbox and generation is not None and generation.hook_enabled(MEMORY_LIMITS_HOOK):
+        edits.extend(memory_limit_edits(request, driver, selection.gpus, hook_path or hook_executable(config)))
+    if generation is not None:
+        generation.finish(edits)
+    logger.debug("edits for %r: %d device node(s), %d mount(s), %d hook(s)", request,
+                 len(edits.device_nodes), len(edits.mounts), len(edits.hooks))
+    return edits
+
+
+#: The reference's createRuntime hook that sets a container's GPU memory limits through NVML.
+MEMORY_LIMITS_HOOK = "apply-cuda-memory-limits"
+#: The variables it reads (MiB): a request and a limit, each under the reference's two names.
+MEMORY_VARIABLES = (("NVIDIA_GPU_MEMORY_REQUESTS", "NVIDIA_GPU_MEMORY_REQUEST"),
+                    ("NVIDIA_GPU_MEMORY_LIMITS", "NVIDIA_GPU_MEMORY_LIMIT"))
+
+
+def memory_limit_edits(request: Request, driver: Driver, gpus, hook_path: str) -> ContainerEdits:
+    """jit-cdi: the apply-cuda-memory-limits hook for the whole GPUs, when the container sets both variables.
+
+    One hook for all of them (the reference's specs have one per GPU, run on every
+    start); without the variables there is nothing for it to do, so no hook.
+    """
+    if not gpus or not all(any(n in request.env for n in names) for names in MEMORY_VARIABLES):
+        return ContainerEdits()
+    argv = [*chain_prefix(hook_path)[:-1], MEMORY_LIMITS_HOOK, "--driver-root", driver.driver_root]
+    for gpu in gpus:
+        argv += ["--gpu-id", gpu.uuid]
+    return ContainerEdits(hooks=[Hook("createRuntime", hook_path, tuple(argv),
+                                      reason="NVIDIA_GPU_MEMORY_REQUEST/LIMIT: GPU memory limits by NVML")])
+
+
+def selection_for(request: Request, driver: Driver, config) -> Selection:
+    """The GPUs and MIG devices ``request`` names (``nvidia.com/gpu=<id>`` names included)."""
+    default_kind = config.get("nvidia-container-runtime.modes.cdi.default-kind") or "nvidia.com/gpu"
+    what = "--device" if request.source == "nvidia-container-cli" else "NVIDIA_VISIBLE_DEVICES"
+    return select(request.devices or (), driver, default_kind=default_kind, what=what)
+
+
+def gpu_edits(driver: Driver, gpu: Gpu, capabilities=()) -> ContainerEdits:
+    """One whole GPU: its device node, and its DRM nodes for graphics/display."""
+    edits = ContainerEdits(device_nodes=[_device(driver.gpu_node(gpu), f"GPU {gpu.index} ({gpu.uuid})")])
+    if "graphics" in capabilities or "display" in capabilities:
+        edits.device_nodes.extend(_device(n, f"DRM node of GPU {gpu.index}") for n in driver.drm_nodes(gpu))
+    return edits
+
+
+def mig_edits(driver: Driver, gpu: Gpu, mig: MigDevice, capabilities=()) -> ContainerEdits:
+    """A MIG device: the parent GPU's node plus its GPU- and compute-instance access nodes."""
+    why = f"MIG device {mig.name} (GPU {gpu.index}, GI {mig.gi}, CI {mig.ci})"
+    return ContainerEdits(device_nodes=[
+        _device(driver.gpu_node(gpu), f"parent GPU of {why}"),
+        _device(driver.cap_node(mig.gi_cap_minor), f"GPU-instance access of {why}"),
+        _device(driver.cap_node(mig.ci_cap_minor), f"compute-instance access of {why}"),
+    ])
+
+
+def ldconfig_setting(config) -> str | None:
+    """``nvidia-container-cli.ldconfig`` when it is not the default (``@/sbin/ldconfig``).
+
+    The update-ldcache step runs that host ldconfig ('@' marks a host path,
+    as in the reference), e.g. Ubuntu's ``@/sbin/ldconfig.real``.
+    """
+    value = config.get("nvidia-container-cli.ldconfig")
+    if not value:
+        return None
+    if not isinstance(value, str):
+        raise NvctError(f"nvidia-container-cli.ldconfig: must be a string, not {type(value).__name__}")
+    return None if value == "@/sbin/ldconfig" else value
+
+
+def common_edits(driver: Driver, capabilities, *, hook_path: str,
+                 ldconfig: str | None = None, generation=None, sandbox: bool = False) -> ContainerEdits:
+    """What every GPU container with ``capabilities`` gets, whichever GPUs it has.
+
+    ``ldconfig``: the host ldconfig for the update-ldcache step (None: the default).
+    ``generation``: feature flags that leave out the IPC sockets or add libraries.
+    ``sandbox``: library mounts under their link names instead of the hook (:mod:`nvct.edits.sandbox`).
+    """
+    caps = set(capabilities)
+    sets = library_sets(caps)  # video brings the compute libraries, display the graphics ones
+    edits = ContainerEdits()
+    edits.device_nodes.extend(_device(n, "driver control node") for n in driver.control_nodes())
+
+    libraries = driver.libraries(sets, compat32="compat32" in caps)
+    if "video" in sets:
+        libraries += driver.vdpau_libraries()
+    if generation is not None:
+        libraries += [lib for lib in generation.explicit_libraries(driver) if lib not in libraries]
+    for lib in libraries:
+        edits.mounts.append(Mount(driver.host_path(lib.path), lib.path, "bind", RO_MOUNT,
+                                  reason=f"{lib.capability} library ({lib.arch})"))
+    for path in driver.binaries(sorted(caps)):
+        edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="driver utility"))
+    for path in driver.ipc(sorted(caps)) if generation is None or generation.ipc else ():
+        options = RW_MOUNT if path == "/tmp/nvidia-mps" else IPC_MOUNT
+        edits.mounts.append(Mount(driver.host_path(path), path, "bind", options, reason="driver IPC"))
+    for path in driver.firmware():
+        edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="GSP firmware"))
+    for path, target in driver.config_files(sets):
+        edits.mounts.append(Mount(driver.host_path(path), target, "bind", RO_MOUNT, reason="driver config (ICD)"))
+    xorg = driver.xorg_files() if "graphics" in sets else []
+    for path in xorg:
+        edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason="X server module"))
+
+    if sandbox:
+        from nvct.edits import sandbox as sandbox_mod
+
+        edits.mounts.extend(sandbox_mod.library_mounts(driver, libraries, sets, xorg))
+        return sandbox_mod.hookless(edits)
+    steps = in_container_steps(driver, libraries, sets, ldconfig=ldconfig, xorg=xorg)
+    if steps:
+        edits.hooks.append(Hook("createContainer", hook_path, tuple(chain_prefix(hook_path) + steps),
+                                reason="symlinks and ld cache inside the container"))
+    return edits
+
+
+def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None = None,
+                       xorg: Sequence[str] = ()) -> list[str]:
+    """The hook chain, one process: create-symlinks, enable-cuda-compat, update-ldcache,
+    disable-device-node-modification (``sets``: the library sets, :func:`nvct.discover.driver.library_sets`)."""
+    links = []
+    folders: list[str] = []
+    entries: list[str] = []  # what ldconfig enters from the folders: SONAMEs and .so links
+    for lib in libraries:
+        folder, name = os.path.split(lib.path)
+        if folder not in folders:
+            folders.append(folder)
+        pairs = _library_links(lib, name)
+        links.extend(f"{target}::{folder}/{link}" for target, link in pairs)
+        entries.extend(f"{folder}/{n}" for n in [lib.soname, *(link for _, link in pairs if link.endswith(".so"))]
+                       if f"{folder}/{n}" not in entries)
+        if lib.soname == _GBM_BACKEND[0] and not lib.compat32 and "graphics" in sets:
+            links.append(f"../{lib.soname}::{folder}/{_GBM_BACKEND[1]}")
+    for path in xorg:  # the X server loads the GLX module by its unversioned name
+        folder, name = os.path.split(path)
+        if name.startswith(_GLXSERVER + "."):
+            links.append(f"{name}::{folder}/{_GLXSERVER}")
+    steps: list[list[str]] = []
+    if links:
+        steps.append(["create-symlinks"] + [a for link in links for a in ("--link", link)])
+    if "compute" in sets:
+        steps.append(["enable-cuda-compat", "--host-driver-version", driver.version])
+    if folders:
+        steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)]
+                     + [a for e in entries for a in ("--library", e)]
+                     + (["--ldconfig-path", ldconfig] if ldconfig else []))
+    # Keeps libcuda from creating device nodes in the container (a no-op without /proc/driver/nvidia).
+    steps.append(["disable-device-node-modification"])
+    return join_steps(steps)
+
+
+def join_steps(steps: list[list[str]]) -> list[str]:
+    """``nvct hook chain`` arguments: hook invocations separated by ``--``."""
+    out: list[str] = []
+    for step in steps:
+        if out:
+            out.append("--")
+        out.extend(step)
+    return out
+
+
+def gated_edits(driver: Driver, feature: str) -> ContainerEdits:
+    globs, files = GATED[feature]
+    why = f"NVIDIA_{feature.upper()}=enabled"
+    edits = ContainerEdits(device_nodes=[_device(n, why) for n in driver.glob_nodes(*globs)])
+    for path in files:
+        if os.path.exists(driver.host_path(path)):
+            edits.mounts.append(Mount(driver.host_path(path), path, "bind", RO_MOUNT, reason=why))
+    return edits
+
+
+def _mig_management_edits(request: Request, driver: Driver) -> ContainerEdits:
+    edits = ContainerEdits()
+    for ids, minor, what in ((request.mig_config, 1, "NVIDIA_MIG_CONFIG_DEVICES"),
+                             (request.mig_monitor, 2, "NVIDIA_MIG_MONITOR_DEVICES")):
+        if not ids:
+            continue
+        selection = select(ids, driver, what=what)
+        for gpu in selection.all_parents():
+            edits.device_nodes.append(_device(driver.gpu_node(gpu), f"{what}: GPU {gpu.index}"))
+        mode = 0o400 if minor == 1 else 0o444
+        node = driver.cap_node(minor)
+        edits.device_nodes.append(DeviceNode(node.path, node.major, node.minor, host_path=node.host_path,
+                                             file_mode=node.file_mode or mode, reason=what))
+    return edits
+
+
+def _imex_edits(request: Request, driver: Driver) -> ContainerEdits:
+    edits = ContainerEdits()
+    for channel in request.imex_channels:
+        node = driver.imex_channel_node(int(channel))
+        if not os.path.exists(node.host_path):
+            raise RequestError(f"NVIDIA_IMEX_CHANNELS: IMEX channel {channel} does not exist ({node.host_path})")
+        edits.device_nodes.append(_device(node, f"IMEX channel {channel}"))
+    return edits
+
+
+def _device(node: Node, reason: str) -> DeviceNode:
+    return DeviceNode(node.path, node.major, node.minor, host_path=node.host_path,
+                      file_mode=node.file_mode, reason=reason)
+
+
+#: How each hook program starts nvct's hook chain (``nvidia-ctk.path`` may name either of NVIDIA's).
+_CHAIN_PREFIXES = {"nvidia-ctk": ("nvidia-ctk", "hook", "chain"), "nvidia-cdi-hook": ("nvidia-cdi-hook", "chain")}
+_NVCT_CHAIN = ("nvct", "hook", "chain")
+
+
+def chain_prefix(hook_path: str) -> list[str]:
+    """The hook's argv before the steps: ``nvidia-ctk hook chain``, ``nvidia-cdi-hook chain`` or ``nvct hook chain``."""
+    return list(_CHAIN_PREFIXES.get(os.path.basename(hook_path), _NVCT_CHAIN))
+
+
+def chain_steps(args) -> list[str] | None:
+    """A hook's steps when it is nvct's hook chain (in any program's form), else None."""
+    args = list(args)
+    for prefix in (_NVCT_CHAIN, *_CHAIN_PREFIXES.values()):
+        if args[:len(prefix)] == list(prefix):
+            return args[len(prefix):]
+    return None
+
+
+#: ``nvidia-ctk.path``'s built-in value: a bare name, which nvct's own lookup serves better.
+_CTK_DEFAULT = "nvidia-ctk"
+
+
+def hook_executable(config) -> str:
+    """The absolute path of the program that in-container hooks run (see :func:`hook_source`)."""
+    return hook_source(config)[0]
+
+
+def hook_source(config) -> tuple[str, str]:
+    """The hook program and what chose it (a config key, or how it was found).
+
+    Precedence: ``nvct.path``; else the reference's ``nvidia-ctk.path`` when it
+    is set to anything but its built-in bare ``nvidia-ctk``; else the ``nvct``
+    beside the running program (its package's bin dir), beside the interpreter,
+    then on PATH. A configured bare name is looked up on PATH.
+    """
+    for key in ("nvct.path", "nvidia-ctk.path"):
+        configured = config.get(key)
+        if not configured or (key == "nvidia-ctk.path" and configured == _CTK_DEFAULT):
+            continue
+        if os.path.isabs(configured):
+            return configured, key
+        found = which(configured)
+        if not found:
+            raise NvctError(f"{key}: {configured!r} not found on PATH")
+        return os.path.abspath(found), key
+    here = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or "")), "nvct")
+    if os.path.isfile(here) and os.access(here, os.X_OK):
+        return here, "the nvct beside the running program"
+    beside_python = os.path.join(os.path.dirname(sys.executable), "nvct")
+    if os.path.isfile(beside_python):
+        return beside_python, "the nvct beside the interpreter"
+    found = which("nvct")
+    if found:
+        return os.path.abspath(found), "PATH"
+    raise NvctError("cannot find the nvct executable for in-container hooks; set nvct.path in the config")

@@ -1,0 +1,254 @@
+"""``nvidia-container-runtime``: the shim docker and containerd call instead of runc.
+
+Only ``create`` (and ``run``) of a container that asks for a GPU touches the
+spec; every other call execs the low-level runtime at once with its argv
+unchanged. The installed program is a POSIX sh front
+(nvct/scripts/nvidia-container-runtime) that does those other calls itself,
+from the runtime this module records; in legacy mode it also appends the
+prestart hook this module records for it. Heavy modules are imported only
+after the spec shows a GPU request.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
+    """``banner=False``: the sh front printed ``--version``'s nvct lines already."""
+    # A short life that ends in exec: the cyclic collector's passes over the imports and the
+    # spec (8 of them, ≈ 1.2 ms of a GPU create's ≈ 17 ms CPU, docs/performance.md) free nothing
+    # that matters.
+    import gc
+
+    gc.disable()
+    argv = sys.argv[1:] if argv is None else argv
+    start = time.monotonic()
+    from nvct.oci import runcargs
+    from nvct.base.errors import ConfigError, NvctError
+
+    args = runcargs.parse(argv)
+    if banner and args.subcommand is None and _version_asked(argv):
+        from nvct.programs.version import runtime_banner
+
+        sys.stdout.write(runtime_banner())
+        sys.stdout.flush()
+    try:
+        from nvct.config import file as config_mod
+        from nvct.oci import runtime as lowlevel
+
+        path = config_mod.default_path()
+        seen = lowlevel.identity(path)  # before reading: an edit while we read is noticed next time
+        try:
+            config = config_mod.load()
+        except ConfigError as e:
+            runtime = _despite_broken_config(args, path, e)
+        else:
+            _force_mode_by_name(config)
+            if config.mode == "legacy" and config.raw is not None:
+                from nvct.base import parsecache
+
+                parsecache.keep(config.raw)  # for the hook (nvct.config.file.load): not kept, it reads the file
+            runtime = lowlevel.find(config.runtimes)
+            from nvct.request.container import request_markers
+
+            _cache_problem(config, lowlevel.remember(path, seen, request_markers(config), runtime,
+                                                     _legacy_record(config)))
+            if args.subcommand in ("create", "run"):
+                _create(args, config, start, runtime)
+    except NvctError as e:
+        _fail(args, str(e))
+        return 1
+    except Exception as e:  # noqa: BLE001 - never a traceback in docker's error line
+        _fail(args, f"internal error: {type(e).__name__}: {e}")
+        return 1
+    lowlevel.execv(runtime, argv)
+    return 1  # not reached
+
+
+#: ``nvidia-container-runtime.<suffix>``: the reference's per-mode programs (links to this one).
+_MODE_SUFFIXES = {"cdi": "cdi", "legacy": "legacy"}
+
+
+def _force_mode_by_name(config) -> None:
+    """Called as ``nvidia-container-runtime.cdi`` or ``.legacy``: that mode, whatever the config says."""
+    name = sys.argv[0].rpartition("/")[2]
+    base, dot, suffix = name.rpartition(".")
+    if dot and base == "nvidia-container-runtime" and suffix in _MODE_SUFFIXES:
+        config.data["nvidia-container-runtime"]["mode"] = _MODE_SUFFIXES[suffix]
+
+
+def _legacy_record(config) -> tuple[str, str] | None:
+    """In legacy mode, the hook this program's sh front may append itself (see nvct.oci.runtime)."""
+    program = sys.argv[0] if sys.argv else ""
+    if config.mode != "legacy" or "\t" in program or "\n" in program:
+        return None
+    from nvct.modifier.modes import legacy_record
+
+    hook = legacy_record(config, program)
+    return (program, hook) if hook else None
+
+
+def _cache_problem(config, problem: str | None) -> None:
+    """A cache in /run/nvct that cannot be written: every call then starts Python; say why."""
+    from nvct.base import parsecache
+
+    problems = [p for p in (problem, *parsecache.problems) if p]
+    if not problems or not config.get("nvidia-container-runtime.debug"):
+        return
+    from nvct.base import log
+
+    log.setup(config.get("nvidia-container-runtime.log-level") or "info", config.get("nvidia-container-runtime.debug"))
+    for p in problems:
+        log.logger.debug("cache not used, every call starts Python: %s", p)
+
+
+def _version_asked(argv: list[str]) -> bool:
+    from nvct.programs.version import has_version_flag
+
+    return has_version_flag(argv)
+
+
+def _create(args, config, start: float, runtime: str) -> None:
+    from nvct.oci import spec as ocispec
+    from nvct.request import container as request_mod
+
+    raw = ocispec.read_raw(args.bundle)
+    if not request_mod.might_request_gpu(raw, config):
+        return
+    spec = ocispec.load(args.bundle, raw)
+    request = request_mod.from_spec(spec, config)
+    if not request.is_gpu:
+        return
+    from nvct.base import log
+    from nvct.modifier import modes
+
+    log.setup(config.get("nvidia-container-runtime.log-level") or "info",
+              config.get("nvidia-container-runtime.debug"), fmt=args.log_format or "text")
+    typos = config.unknown_keys_warning()
+    result = None
+    try:
+        result = modes.modify(spec, request, config, log_format=args.log_format, bundle=args.bundle,
+                              runtime=runtime, prepare="write")
+    finally:
+        # A typo may be why the start fails; in legacy mode the hook logs it (once per start).
+        if typos and (result is None or result.mode != "legacy"):
+            log.logger.warning("%s", typos)
+    _still_there(result)
+    _save(args.bundle, spec, result.plan)
+    log.logger.info("container start", fields={
+        "id": args.container_id, "mode": result.mode, "devices": list(result.devices),
+        "capabilities": list(request.capabilities),
+        "ms": round((time.monotonic() - start) * 1000, 1),
+    })
+
+
+def _still_there(result) -> None:
+    """Every host file the edits mount is still there: else the driver changed during the start.
+
+    A driver upgrade replaces its libraries while containers start. Found
+    gone now, it is one line naming the file, not the runtime's mount error
+    later; not a second discovery, which would give the container the new
+    libraries while the old kernel module is still loaded (NVML's
+    "driver/library version mismatch" inside it).
+    """
+    for mount in result.edits.mounts:
+        if mount.type in (None, "bind", "rbind") and mount.host_path.startswith("/") \
+                and not os.path.exists(mount.host_path):
+            if result.plan is not None:
+                result.plan.root.close()
+            from nvct.base.errors import DriverError
+
+            raise DriverError(f"{mount.host_path}: gone while the container was being created: the driver "
+                              "changed during the start (an upgrade?); start the container again")
+
+
+def _save(bundle: str, spec, plan) -> None:
+    """The spec saved and ``plan`` written into the root, in the order a failure or kill leaves safe.
+
+    The spec is written first under a temporary name beside config.json (a
+    full bundle fails here, naming it, with the root untouched), then the
+    masked params, then the root; config.json is replaced last, by one
+    rename. A kill before that rename leaves the old spec, which a retried
+    create prepares afresh (the root's writes are the same again), and a
+    temporary that the next write into the bundle removes.
+    """
+    from nvct.base import fileutil, jsoncodec
+    from nvct.oci import spec as ocispec
+    from nvct.base.errors import SpecError
+
+    path = ocispec.config_path(bundle)
+    try:
+        staged = fileutil.Staged(path, jsoncodec.dumps(spec, compact=True).encode())
+    except OSError as e:
+        if plan is not None:
+            plan.root.close()
+        raise SpecError(f"{path}: cannot save the container's spec: {e.strerror or e}") from None
+    try:
+        if plan is not None:
+            plan.write()
+        try:
+            staged.commit()
+        except OSError as e:
+            raise SpecError(f"{path}: cannot save the container's spec: {e.strerror or e}") from None
+    finally:
+        staged.discard()
+
+
+def _despite_broken_config(args, path: str, error: Exception) -> str:
+    """The runtime for a call under a config file that cannot be read.
+
+    A container that asks for no GPU must not be stopped by a typo on a node
+    where ``nvidia`` is the default runtime; a GPU container gets the error.
+    The runtime is the one last recorded for this config (what its
+    containers were created with, so start/delete/state reach them), else
+    the default list's first. Logged as a warning on stderr and in runc's log.
+    """
+    from nvct.config import file as config_mod
+    from nvct.oci import runtime as lowlevel
+
+    if args.subcommand in ("create", "run") and _asks_for_gpu(args):
+        raise error
+    runtime = lowlevel.last_known(path) or lowlevel.find(config_mod.Config(None).runtimes)
+    message = f"nvidia-container-runtime: warning: {error}; running {runtime} without GPU support"
+    from nvct.base import log
+
+    sys.stderr.write(message + "\n")
+    log.write_runc_log(args.log, "warning", message)
+    return runtime
+
+
+def _asks_for_gpu(args) -> bool:
+    """Whether the spec requests a GPU by env, mounts or annotations, read with the default config."""
+    from nvct.config import file as config_mod
+    from nvct.oci import spec as ocispec
+    from nvct.request import container as request_mod
+
+    defaults = config_mod.Config(None)
+    raw = ocispec.read_raw(args.bundle)
+    if not request_mod.might_request_gpu(raw, defaults):
+        return False
+    try:
+        return request_mod.from_spec(ocispec.load(args.bundle, raw), defaults).is_gpu
+    except Exception:  # noqa: BLE001 - a request we cannot read may be a GPU request
+        return True
+
+
+def _fail(args, message: str) -> None:
+    from nvct.base import log
+
+    sys.stderr.write(f"nvidia-container-runtime: {message}\n")
+    log.write_runc_log(args.log, "error", f"nvidia-container-runtime: {message}")
+    try:
+        from nvct.config import file as config_mod
+
+        log.setup("info", config_mod.load().get("nvidia-container-runtime.debug"))
+        log.logger.error("%s", message)
+    except Exception:  # noqa: BLE001 - the error itself may be a bad config
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""What the shim records for its sh front to insert in legacy mode (nvct.modifier.modes.legacy_record)."""
+
+import json
+import sys
+
+import pytest
+
+from nvct.modifier import modes
+from nvct.edits import apply
+from nvct.config.file import Config
+
+
+@pytest.fixture
+def program(tmp_path, monkeypatch):
+    """An installed shim with the hook beside it, as sys.argv[0]."""
+    shim = tmp_path / "bin" / "nvidia-container-runtime"
+    shim.parent.mkdir()
+    for path in (shim, shim.parent / "nvidia-container-runtime-hook"):
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(shim)])
+    return str(shim)
+
+
+def _config(runtime=None, hook=None, path="/etc/nvidia-container-runtime/config.toml"):
+    data = {"nvidia-container-runtime": {"mode": "legacy", **(runtime or {})}}
+    if hook:
+        data["nvidia-container-runtime-hook"] = hook
+    return Config(data, path=path)
+
+
+@pytest.mark.parametrize("log_format", [None, "json"])
+def test_the_record_closed_as_the_front_closes_it_is_the_hook_legacy_mode_appends(program, log_format):
+    config = _config()
+    text = modes.legacy_record(config, program)
+    closing = (f',"{modes.LOG_FORMAT_ENV}={log_format}"' if log_format else "") + "]}"
+    assert json.loads(text + closing) == apply.hook_entry(modes.legacy_hook(config, log_format))
+    assert json.loads(text + closing)["path"] == program.replace("nvidia-container-runtime", "nvidia-container-runtime-hook")
+
+
+def test_a_config_without_a_file_names_none(program):
+    entry = json.loads(modes.legacy_record(_config(path=None), program) + "]}")
+    assert not any(e.startswith("NVIDIA_CTK_CONFIG_FILE_PATH=") for e in entry["env"])
+
+
+@pytest.mark.parametrize("runtime, hook, program_path", [
+    ({"mode": "jit-cdi"}, None, None),
+    ({"mode": "auto"}, None, None),
+    ({"debug": "/var/log/nvidia-container-runtime.log"}, None, None),  # a line per start to write
+    (None, {"path": "/opt/with\"quote/hook"}, None),  # the front could not read the path back
+    (None, None, "relative/nvidia-container-runtime"),
+])
+def test_nothing_is_recorded_where_the_front_could_not_do_exactly_what_python_does(
+        program, runtime, hook, program_path):
+    assert modes.legacy_record(_config(runtime, hook), program_path or program) is None
+
+
+def test_a_hook_found_on_path_is_not_recorded(program, tmp_path, monkeypatch):
+    (tmp_path / "bin" / "nvidia-container-runtime-hook").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert modes.legacy_hook_path(_config()) == "/usr/bin/nvidia-container-runtime-hook"
+    assert modes.legacy_record(_config(), program) is None
+
+
+def test_an_absolute_hook_path_and_a_log_to_dev_null_are_recorded(program):
+    config = _config({"debug": "/dev/null"}, {"path": "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"})
+    entry = json.loads(modes.legacy_record(config, program) + "]}")
+    assert entry["path"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"

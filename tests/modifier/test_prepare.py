@@ -1,0 +1,235 @@
+"""nvct.modifier.prepare: the hook chain's links and ld cache written by the shim, the params mask left to sh.
+
+What containers see is checked end to end in tests/e2e (every jit-cdi and cdi
+start through the shim goes this way); here, the plan's decisions and the
+mask script on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from nvct.config import file as config_mod
+from nvct.edits import build as injection
+from nvct.discover import ldcache
+from nvct.modifier import prepare
+from nvct.request import container as request_mod
+from nvct.discover.driver import Driver
+from nvct.edits.model import Mount
+from nvct.linux.namespaces import in_private_mount_namespace
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the image's ld cache by ldconfig -r, mounts)")
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+
+@pytest.fixture
+def setup(sim_node, tmp_path):
+    """(config, edits of a GPU 0 jit-cdi container, a fresh image root with its own ld cache, a bundle)."""
+    from tests.support.rootfs import make_rootfs
+
+    config = config_mod.load(sim_node["config"])
+    driver = Driver.from_config(config)
+    edits = injection.container_edits(request_mod.from_env({"NVIDIA_VISIBLE_DEVICES": "0"}, config),
+                                      driver, config, hook_path="/usr/bin/nvct")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    return config, edits, make_rootfs(str(tmp_path)), str(bundle)
+
+
+def _plan(setup, spec=None):
+    config, edits, rootfs, bundle = setup
+    return prepare.plan(spec or {"mounts": []}, edits, rootfs, bundle, config.proc_root)
+
+
+def test_the_chain_becomes_the_params_mask_and_the_files_are_written(setup, sim_node):
+    config, edits, rootfs, bundle = setup
+    plan = _plan(setup)
+    assert plan is not None
+    plan.edit(edits)
+    plan.write()
+    [hook] = edits.hooks
+    assert (hook.hook_name, hook.path) == ("createContainer", "/bin/sh")
+    assert hook.args[:3] == ("sh", "-c", prepare.MASK_SCRIPT)
+    assert hook.args[4:] == (rootfs, os.path.join(bundle, prepare.PARAMS_FILE))
+    assert hook.env and all(not e.startswith(("LD_", "PYTHON")) for e in hook.env)
+    params = open(os.path.join(bundle, prepare.PARAMS_FILE)).read()
+    assert "ModifyDeviceFiles: 0" in params and "ModifyDeviceFiles: 1" not in params
+    version = sim_node["driver_version"]
+    assert os.readlink(os.path.join(rootfs, LIBDIR.lstrip("/"), "libcuda.so.1")) == f"libcuda.so.{version}"
+    cached = {e.key: e.value for e in ldcache.load(os.path.join(rootfs, "etc/ld.so.cache"))}
+    assert cached["libcuda.so.1"] == f"{LIBDIR}/libcuda.so.1"
+    assert cached["libnvidia-ml.so"] == f"{LIBDIR}/libnvidia-ml.so"
+    conf = open(os.path.join(rootfs, "etc/ld.so.conf.d/00-nvct-driver.conf")).read()
+    assert LIBDIR in conf
+
+
+def test_an_images_own_link_at_a_link_path_is_replaced_not_a_reason_to_stop(setup, sim_node):
+    """A stub's libcuda.so.1 link (or a restarted container's) is where a link goes, not a volume."""
+    _, edits, rootfs, _ = setup
+    link = os.path.join(rootfs, LIBDIR.lstrip("/"), "libcuda.so.1")
+    os.symlink("/usr/local/cuda/lib64/stubs/libcuda.so", link)
+    plan = _plan(setup)
+    assert plan is not None
+    plan.edit(edits)
+    plan.write()
+    assert os.readlink(link) == f"libcuda.so.{sim_node['driver_version']}"
+
+
+def test_an_unknown_step_leaves_the_chain_to_the_hook(setup):
+    _, edits, _, _ = setup
+    [hook] = edits.hooks
+    edits.hooks[0] = hook.replace(args=(*hook.args, "--", "chmod", "--mode", "755", "--path", "/dev/dri"))
+    assert _plan(setup) is None
+
+
+def test_a_malformed_step_is_left_to_the_hook_to_report(setup):
+    _, edits, _, _ = setup
+    [hook] = edits.hooks
+    edits.hooks[0] = hook.replace(args=(*hook.args, "--", "create-symlinks", "stray"))
+    assert _plan(setup) is None
+
+
+def test_an_update_ldcache_step_without_library_names_is_left_to_ldconfig(setup):
+    _, edits, _, _ = setup
+    [hook] = edits.hooks
+    args = list(hook.args)
+    edits.hooks[0] = hook.replace(args=tuple(a for i, a in enumerate(args)
+                                             if a != "--library" and args[i - 1] != "--library"))
+    assert _plan(setup) is None
+
+
+@pytest.mark.parametrize("destination", ["/usr/lib/x86_64-linux-gnu", "/etc", "/usr"])
+def test_a_volume_over_a_written_path_leaves_the_chain_to_the_hook(setup, destination):
+    spec = {"mounts": [{"destination": destination, "type": "bind", "source": "/srv/volume"}]}
+    assert _plan(setup, spec) is None
+    assert _plan(setup, {"mounts": [{"destination": "/etc/hosts", "type": "bind", "source": "/x"}]}) is not None
+
+
+def test_a_volume_an_image_symlink_leads_onto_counts_too(setup):
+    _, _, rootfs, _ = setup
+    os.rename(os.path.join(rootfs, "etc"), os.path.join(rootfs, "data-etc"))
+    os.symlink("data-etc", os.path.join(rootfs, "etc"))
+    assert _plan(setup, {"mounts": [{"destination": "/data-etc", "type": "bind", "source": "/srv/v"}]}) is None
+
+
+def test_an_image_without_an_ld_cache_is_left_to_ldconfig(setup):
+    _, _, rootfs, _ = setup
+    os.unlink(os.path.join(rootfs, "etc/ld.so.cache"))
+    assert _plan(setup) is None
+
+
+def test_a_newer_cuda_compat_libcuda_is_left_to_ldconfig(setup):
+    _, _, rootfs, _ = setup
+    compat = os.path.join(rootfs, "usr/local/cuda/compat")
+    os.makedirs(compat)
+    open(os.path.join(compat, "libcuda.so.999.1.2"), "w").close()
+    assert _plan(setup) is None
+    os.rename(os.path.join(compat, "libcuda.so.999.1.2"), os.path.join(compat, "libcuda.so.100.1.2"))
+    assert _plan(setup) is not None  # older than the driver: nothing for compat to do
+
+
+def test_a_bind_mount_step_becomes_the_last_mount(setup, sim_node):
+    config, edits, rootfs, bundle = setup
+    [hook] = edits.hooks
+    mps = os.path.join(sim_node["roots"]["driver_root"], "tmp/nvidia-mps")
+    edits.hooks[0] = hook.replace(args=(*hook.args, "--", "bind-mount", "--host-path", mps,
+                                        "--container-path", "/tmp/nvidia-mps", "--options", "nosuid,nodev,rbind"))
+    plan = _plan(setup)
+    plan.edit(edits)
+    assert edits.mounts[-1] == Mount(mps, "/tmp/nvidia-mps", "bind", ("nosuid", "nodev", "rbind"),
+                                     reason=edits.mounts[-1].reason)
+
+
+def test_a_bind_mount_steps_target_counts_as_a_volume(setup, sim_node):
+    """cdi mode's MPS dir comes last: links an image symlink leads under it would be hidden."""
+    _, edits, rootfs, _ = setup
+    libdir = os.path.join(rootfs, LIBDIR.lstrip("/"))
+    os.rename(libdir, os.path.join(rootfs, "tmp/libs"))
+    os.symlink("/tmp/libs", libdir)
+    [hook] = edits.hooks
+    edits.hooks[0] = hook.replace(args=(*hook.args, "--", "bind-mount", "--host-path", "/srv/mps",
+                                        "--container-path", "/tmp"))
+    assert _plan(setup) is None
+
+
+def test_no_driver_params_no_mask_hook(setup, tmp_path):
+    config, edits, rootfs, bundle = setup
+    plan = prepare.plan({"mounts": []}, edits, rootfs, bundle, str(tmp_path / "no-proc"))
+    plan.edit(edits)
+    assert edits.hooks == []
+
+
+STATE = '{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":42,"bundle":"/b"}'
+
+
+def _mask(root, source, state=STATE) -> subprocess.CompletedProcess:
+    """The script as a runtime runs it: the OCI state on stdin."""
+    return subprocess.run(["/bin/sh", "-c", prepare.MASK_SCRIPT, "nvct-mask-params", str(root), str(source)],
+                          input=state, capture_output=True, text=True, timeout=10,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def test_the_mask_script_reads_the_whole_state_before_it_exits(tmp_path):
+    """crun fails a start whose hook exits before it has written the state (seen as exit code -33)."""
+    (tmp_path / "root/proc").mkdir(parents=True)
+    proc = subprocess.Popen(["/bin/sh", "-c", prepare.MASK_SCRIPT, "nvct-mask-params", str(tmp_path / "root"),
+                             str(tmp_path / "masked")], stdin=subprocess.PIPE)
+    import time
+
+    time.sleep(0.2)  # the script has had all the time it needs to exit early
+    proc.stdin.write(STATE.encode() * 1000)  # more than any pipe buffer: only a reader takes it
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0
+
+
+def test_the_mask_script_mounts_the_masked_params_read_only(tmp_path):
+    """The kernel's params: here this process's own /proc/driver, bound from the test's tree
+    (as on a simulated node; any other file that is not on procfs is refused)."""
+    params = tmp_path / "root/proc/driver/nvidia/params"
+    params.parent.mkdir(parents=True)
+    params.write_text("ModifyDeviceFiles: 1\n")
+    masked = tmp_path / "masked"
+    masked.write_text("ModifyDeviceFiles: 0\n")
+
+    def run():
+        subprocess.run(["mount", "--bind", str(tmp_path / "root/proc/driver"), "/proc/driver"], check=True)
+        result = _mask(tmp_path / "root", masked)
+        seen = params.read_text()
+        try:
+            params.write_text("x")
+            writable = True
+        except OSError:
+            writable = False
+        return result.returncode, result.stderr, seen, writable
+
+    assert in_private_mount_namespace(run) == (0, "", "ModifyDeviceFiles: 0\n", False)
+    assert params.read_text() == "ModifyDeviceFiles: 1\n"  # only in that namespace
+
+
+def test_the_mask_script_leaves_a_container_without_driver_params(tmp_path):
+    (tmp_path / "root/proc").mkdir(parents=True)
+    assert _mask(tmp_path / "root", tmp_path / "masked").returncode == 0
+
+
+def test_the_mask_script_refuses_an_image_proc_symlink(tmp_path):
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root/proc").symlink_to("/proc")
+    result = _mask(tmp_path / "root", tmp_path / "masked")
+    assert result.returncode == 1 and "reached through a symlink; not masking" in result.stderr
+
+
+def test_planning_writes_nothing(setup):
+    _, _, rootfs, bundle = setup
+
+    def listing():
+        return subprocess.run(["find", rootfs, bundle, "-printf", "%p %y %s %T@\n"], capture_output=True,
+                              text=True, check=True).stdout
+
+    before = listing()
+    assert _plan(setup) is not None
+    assert _plan(setup, {"mounts": [{"destination": "/etc", "source": "/x"}]}) is None
+    assert listing() == before
