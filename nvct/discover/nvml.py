@@ -20,7 +20,8 @@ ERROR_NOT_FOUND = 6
 ERROR_FUNCTION_NOT_FOUND = 13
 _ADDRESSING_ATS = 2  # NVML_DEVICE_ADDRESSING_MODE_ATS
 
-_BRANDS = {
+#: NVML brand ids (nvmlBrandType_t) -> the names libnvidia-container reports (the simulated node's too).
+BRAND_NAMES = {
     0: "unknown", 1: "quadro", 2: "tesla", 3: "nvs", 4: "grid", 5: "geforce", 6: "titan",
     7: "nvidiavapps", 8: "nvidiavpc", 9: "nvidiavcs", 10: "nvidiavws", 11: "nvidiacloudgaming",
     12: "quadrortx", 13: "nvidiartx", 14: "nvidia", 15: "geforcertx", 16: "titanrtx",
@@ -99,7 +100,7 @@ class Nvml:
     def brand(self, handle) -> str:
         v = ctypes.c_int()
         self._call("nvmlDeviceGetBrand", handle, ctypes.byref(v))
-        return _BRANDS.get(v.value, "unknown")
+        return BRAND_NAMES.get(v.value, "unknown")
 
     def persistence_mode(self, handle) -> bool:
         v = ctypes.c_int()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from nvct.base.errors import NvctError
+from nvct.discover.nvml import BRAND_NAMES
 
 DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(__file__), "dgx-h100.json")
 
@@ -28,13 +29,6 @@ MAX_GPU_MINOR = 253
 MIG_MAX_GPU_MINOR = 31
 MIG_MAX_GI = 14
 MIG_MAX_CI = 7
-
-#: NVML brand ids (nvmlBrandType_t) -> the names libnvidia-container reports.
-BRAND_NAMES = {
-    0: "unknown", 1: "quadro", 2: "tesla", 3: "nvs", 4: "grid", 5: "geforce", 6: "titan",
-    7: "nvidiavapps", 8: "nvidiavpc", 9: "nvidiavcs", 10: "nvidiavws", 11: "nvidiacloudgaming",
-    12: "quadrortx", 13: "nvidiartx", 14: "nvidia", 15: "geforcertx", 16: "titanrtx",
-}
 
 #: Bus numbers of a DGX H100's GPUs; synthetic nodes repeat them per PCI domain.
 _SYNTHETIC_BUSES = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
@@ -347,7 +341,7 @@ def _gpu_fields(ctx: _Ctx, entry: Mapping, model: Mapping, key: str, where: str,
         "pci_device_id": ctx.integer(model.get("pci_device_id"), f"models.{key}.pci_device_id", 0, 0xFFFFFFFF),
         "pci_subsystem_id": ctx.integer(model.get("pci_subsystem_id", 0), f"models.{key}.pci_subsystem_id",
                                         0, 0xFFFFFFFF),
-        "brand": ctx.integer(model.get("brand", 14), f"models.{key}.brand", 0, 16),
+        "brand": ctx.integer(model.get("brand", 14), f"models.{key}.brand", 0, max(BRAND_NAMES)),
         "architecture": ctx.integer(model.get("architecture"), f"models.{key}.architecture", 0, 255),
         "cc_major": int(cc.split(".")[0]),
         "cc_minor": int(cc.split(".")[1]),
