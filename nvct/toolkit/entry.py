@@ -20,9 +20,18 @@ PROGRAMS = {
     "nvidia-ctk": "nvct.programs.ctk",
     "nvidia-container-cli": "nvct.programs.container_cli",
 }
-#: Needed at run time, beyond the standard library (tomllib is standard from 3.11). python-prctl
-#: is not: where its C extension does not load, nvct.linux.privileges makes the calls through libc.
-DEPENDENCIES = ("click", "yaml", "elftools")
+#: The one dependency list: each module copied beside nvct (nvct.toolkit.payload), and whether the
+#: host's Python must import it (:func:`check`). tomllib is standard from 3.11; tomlkit serves older
+#: Pythons (and ``nvct config`` edits). python-prctl is optional: where its C extension (``_prctl``)
+#: does not load, nvct.linux.privileges makes the calls through libc.
+DEPENDENCIES = {
+    "click": True,
+    "tomlkit": sys.version_info < (3, 11),
+    "yaml": True,
+    "elftools": True,
+    "prctl": False,
+    "_prctl": False,
+}
 #: What container starts import: a Python too old for their syntax fails here, not in a container start.
 NVCT_MODULES = ("nvct.programs.shim", "nvct.programs.hook", "nvct.hooks", "nvct.cli", "nvct.modifier.modes", "nvct.edits.build",
                 "nvct.modifier.legacy", "nvct.rootfs.ldconfig", "nvct.cdi.modes", "nvct.programs.cdi_hook", "nvct.programs.ctk",
@@ -36,12 +45,17 @@ def python_dir() -> str:
     return os.path.dirname(os.path.dirname(here))
 
 
+def required() -> tuple:
+    """The dependencies this Python must import to run nvct."""
+    return tuple(name for name, needed in DEPENDENCIES.items() if needed)
+
+
 def check() -> int:
     """Import everything nvct needs; say what is missing. Exit status 0 only if all is there."""
     missing = []
     if sys.version_info < MINIMUM_PYTHON:
         missing.append("Python >= %d.%d (this is %s)" % (MINIMUM_PYTHON + (sys.version.split()[0],)))
-    wanted = DEPENDENCIES + (() if sys.version_info >= (3, 11) else ("tomlkit",)) + NVCT_MODULES
+    wanted = required() + NVCT_MODULES
     for name in wanted:
         try:
             __import__(name)

@@ -14,9 +14,10 @@ import os
 import shutil
 
 from nvct.base.errors import NvctError
+from nvct.toolkit import entry
 
-#: Copied beside nvct. ``_prctl`` is prctl's extension module; ``tomlkit`` serves Pythons before 3.11.
-DEPENDENCIES = ("click", "tomlkit", "yaml", "elftools", "prctl", "_prctl")
+#: Copied beside nvct: every module of the one dependency list, needed on this host's Python or not.
+DEPENDENCIES = tuple(entry.DEPENDENCIES)
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo")
 
 

@@ -53,3 +53,14 @@ def test_the_entry_runs_the_named_program_with_the_wrapper_as_argv0(tmp_path):
     assert result.returncode == 0 and result.stdout == "nvct, version 0.1.0\n"
     usage = _entry(str(tmp_path), "bash")
     assert usage.returncode == 2 and "usage: python3 -I" in usage.stderr
+
+
+def test_one_dependency_list_says_what_is_copied_and_what_the_check_needs():
+    # The copy and the host's check read the same table: a module the check needs is always copied.
+    from nvct.toolkit import entry
+
+    assert payload.DEPENDENCIES == tuple(entry.DEPENDENCIES)
+    assert set(entry.required()) <= set(payload.DEPENDENCIES)
+    assert {"click", "yaml", "elftools"} <= set(entry.required())
+    assert ("tomlkit" in entry.required()) == (sys.version_info < (3, 11))
+    assert not {"prctl", "_prctl"} & set(entry.required())  # nvct.linux.privileges falls back to libc
