@@ -73,22 +73,6 @@ def test_a_clean_install_is_ok_and_each_loosened_link_of_the_chain_is_named(tmp_
         assert str(path) in found.fix
 
 
-def test_weakness_is_the_one_rule():
-    def st(mode, uid=0, gid=0):
-        return os.stat_result((mode, 0, 0, 1, uid, gid, 0, 0, 0, 0))
-
-    assert ownership.weakness(st(stat.S_IFREG | 0o755)) is None
-    assert ownership.weakness(st(stat.S_IFREG | 0o646)) == "mode 0646, world-writable"
-    assert ownership.weakness(st(stat.S_IFDIR | 0o775, gid=100)) == "mode 0775, group 100-writable"
-    assert ownership.weakness(st(stat.S_IFREG | 0o644, uid=1000)) == "owned by uid 1000"
-    assert ownership.weakness(st(stat.S_IFLNK | 0o777)) is None
-    assert ownership.weakness(st(stat.S_IFIFO | 0o644)).startswith("not a file or directory")
-    # /tmp above a path: nobody may rename another's entry in a sticky directory; inside the chain it counts
-    assert ownership.weakness(st(stat.S_IFDIR | 0o1777), above=True) is None
-    assert ownership.weakness(st(stat.S_IFDIR | 0o1777)) == "mode 1777, world-writable"
-    assert ownership.weakness(st(stat.S_IFREG | 0o644, uid=1000), (0, 1000)) is None
-
-
 def test_the_package_another_interpreter_of_the_chain_imports_is_walked_too(tmp_path):
     """The engines' programs may run another install's Python (the deb's, a virtualenv's) than the
     doctor's own: what that interpreter imports as nvct is on the chain."""

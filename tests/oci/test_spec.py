@@ -2,10 +2,8 @@ import json
 
 import pytest
 
-from nvct.edits import apply
-from nvct.oci import spec as ocispec
-from nvct.edits.model import HOOK_ENV, ContainerEdits, DeviceNode, Hook, Mount
 from nvct.base.errors import SpecError
+from nvct.oci import spec as ocispec
 
 
 def test_round_trip_keeps_unknown_fields(tmp_path):
@@ -25,28 +23,6 @@ def test_bad_spec_is_one_line_naming_the_file(tmp_path, content, message):
     (tmp_path / "config.json").write_text(content)
     with pytest.raises(SpecError, match=f"{tmp_path}/config.json: {message}"):
         ocispec.load(str(tmp_path))
-
-
-def test_apply_edits_cdi_semantics():
-    spec = {"process": {"env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"]},
-            "mounts": [{"destination": "/usr/bin/nvidia-smi", "source": "/old", "type": "bind"}],
-            "linux": {"devices": [{"path": "/dev/nvidia0", "type": "c", "major": 1, "minor": 1}]}}
-    edits = ContainerEdits(
-        env=["NVIDIA_VISIBLE_DEVICES=void"],
-        device_nodes=[DeviceNode("/dev/nvidia0", 195, 0, file_mode=0o666)],
-        mounts=[Mount("/host/nvidia-smi", "/usr/bin/nvidia-smi", "bind", ("ro", "rbind"))],
-        hooks=[Hook("createContainer", "/usr/bin/nvct", ("nvct", "hook", "chain"))],
-        additional_gids=[44])
-    apply.apply_edits(spec, edits)
-    assert spec["process"]["env"] == ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]
-    assert spec["linux"]["devices"] == [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 0o666}]
-    assert spec["linux"]["resources"]["devices"] == [
-        {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]
-    assert spec["mounts"] == [{"destination": "/usr/bin/nvidia-smi", "type": "bind", "source": "/host/nvidia-smi",
-                               "options": ["ro", "rbind"]}]
-    assert spec["hooks"]["createContainer"] == [{"path": "/usr/bin/nvct", "args": ["nvct", "hook", "chain"],
-                                                 "env": list(HOOK_ENV)}]
-    assert spec["process"]["user"]["additionalGids"] == [44]
 
 
 def test_nvidia_prestart_hooks_detected_and_removed():
