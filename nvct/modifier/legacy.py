@@ -145,7 +145,7 @@ def _mask_procfs(root, driver: Driver, procfs) -> None:
 
     if not kernel_proc_path(root, _PROC_DRIVER):
         return
-    from nvct.rootfs import root as rootfs_mod
+    from nvct.linux import fs
 
     gpus, caps = procfs
     host = os.path.join(driver.proc_root, "driver/nvidia")
@@ -175,8 +175,7 @@ def _mask_procfs(root, driver: Driver, procfs) -> None:
     # Then the tmpfs itself goes read-only: the container cannot add anything back.
     fd = root.open(_PROC_DRIVER)
     try:
-        rootfs_mod.mount(None, f"/proc/self/fd/{fd}", None,
-                         rootfs_mod.MS_REMOUNT | rootfs_mod.MS_RDONLY | rootfs_mod.MS_NOSUID
-                         | rootfs_mod.MS_NODEV | rootfs_mod.MS_NOEXEC, None)
+        fs.mount(None, f"/proc/self/fd/{fd}", None,
+                 fs.MS_REMOUNT | fs.MS_RDONLY | fs.MS_NOSUID | fs.MS_NODEV | fs.MS_NOEXEC, None)
     finally:
         os.close(fd)

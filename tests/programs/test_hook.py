@@ -112,7 +112,7 @@ def test_hook_never_imports_from_pythonpath(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount)")
 def test_bind_mount_step_mounts_a_host_dir_with_its_options_and_refuses_bad_input(tmp_path):
-    from nvct.rootfs import root as rootfs
+    from nvct.linux import fs
     from nvct.linux.namespaces import in_private_mount_namespace
 
     bundle = _bundle(tmp_path, [])
@@ -128,7 +128,7 @@ def test_bind_mount_step_mounts_a_host_dir_with_its_options_and_refuses_bad_inpu
     step = [NVCT, "hook", "bind-mount", "--host-path", str(mps), "--options", "nosuid,nodev,noexec,rbind,rprivate"]
 
     def work():
-        rootfs.mount(str(volume), str(bundle / "rootfs/data"), None, rootfs.MS_BIND)
+        fs.mount(str(volume), str(bundle / "rootfs/data"), None, fs.MS_BIND)
         ok = run(step + ["--container-path", "/tmp/nvidia-mps"], stdin=state)
         point = str(bundle / "rootfs/tmp/nvidia-mps")
         lines = [m for m in open("/proc/self/mountinfo").read().splitlines() if f" {point} " in m]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nvct.rootfs import ldconfig, root as rootfs_mod
+from nvct.rootfs import files as files_mod, ldconfig
 from nvct.base.errors import ContainerError
 from nvct.rootfs.ldconfig import (CONF_PATH, ReadOnlyRootfsError, host_ldconfig_path,
                            open_static_executable, update_ldcache)
@@ -319,7 +319,7 @@ def test_a_killed_writes_temporaries_are_swept_and_a_failed_one_leaves_none(driv
     def full(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(rootfs_mod.os, "write", full)
+    monkeypatch.setattr(files_mod.os, "write", full)
     with pytest.raises(ContainerError, match="No space left"):
         update_ldcache(str(driver_image), [LIBDIR], libraries=INJECTED)
     monkeypatch.undo()

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from nvct.linux import fs
-from nvct.rootfs import root as rootfs
+from nvct.rootfs import files as files_mod, mounts as mounts_mod, root as rootfs
 from nvct.base.errors import ContainerError
 from nvct.linux.namespaces import in_private_mount_namespace, mounts
 from nvct.rootfs.root import Rootfs
@@ -22,7 +22,7 @@ def resolver(request, monkeypatch):
     """Runs a test once with openat2(2) and once with the fallback walk."""
     if request.param == "walk":
         monkeypatch.setattr(fs, "_have_openat2", False)
-    elif not rootfs.openat2_available():
+    elif not fs.openat2_available():
         pytest.skip("kernel has no openat2(2); the walk variant covers this test")
     return request.param
 
@@ -129,13 +129,13 @@ def test_a_root_is_owned_by_root_or_the_container_root_user(resolver, root_dir):
 
 
 def _open_over(root_dir: str, other: str, identity) -> str:
-    rootfs.mount(other, root_dir, None, rootfs.MS_BIND)  # as crun does when the owner swapped root.path
+    fs.mount(other, root_dir, None, fs.MS_BIND)  # as crun does when the owner swapped root.path
     try:
         Rootfs(root_dir, same_as=identity)
     except rootfs.UnsafeRootError as e:
         return str(e)
     finally:
-        rootfs.umount(root_dir, rootfs.MNT_DETACH)
+        fs.umount(root_dir, fs.MNT_DETACH)
     return "opened"
 
 
@@ -168,7 +168,7 @@ def test_a_failed_replace_leaves_no_temporary(root, root_dir, monkeypatch):
     def full(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(rootfs.os, "write", full)
+    monkeypatch.setattr(files_mod.os, "write", full)
     with pytest.raises(ContainerError, match="No space left"):
         root.write_file("/f", b"new", replace=True)
     monkeypatch.undo()
@@ -441,14 +441,14 @@ def test_bind_mount_missing_source_is_an_error(root, tmp_path):
 def test_a_failed_remount_undoes_the_mount(resolver, root_dir, tmp_path, monkeypatch):
     src = tmp_path / "lib.so"
     src.write_text("x")
-    real_mount = rootfs.mount
+    real_mount = mounts_mod.mount
 
     def refuse_remount(source, target, fstype, flags, data=None):
-        if flags & rootfs.MS_REMOUNT:
+        if flags & fs.MS_REMOUNT:
             raise OSError(errno.EPERM, os.strerror(errno.EPERM), target)
         return real_mount(source, target, fstype, flags, data)
 
-    monkeypatch.setattr(rootfs, "mount", refuse_remount)
+    monkeypatch.setattr(mounts_mod, "mount", refuse_remount)
 
     def work():
         before = set(mounts())
@@ -518,7 +518,7 @@ def _with_proc(root_dir, ops):
     (root_dir / "self").symlink_to("/proc/self")
 
     def work():
-        rootfs.mount("proc", str(root_dir / "proc"), "proc", 0)
+        fs.mount("proc", str(root_dir / "proc"), "proc", 0)
         root = Rootfs(root_dir)
         me = f"/proc/{os.getpid()}"  # no symlink on the way, unlike /proc/self
         results = []
@@ -589,7 +589,7 @@ def test_nothing_is_created_through_a_symlink_onto_another_mount(resolver, root_
     os.symlink("/tmp/nvidia-mps", root_dir / "usr" / "lib" / "x86_64-linux-gnu")
 
     def work():
-        rootfs.mount(str(host), str(root_dir / "tmp" / "nvidia-mps"), None, rootfs.MS_BIND)
+        fs.mount(str(host), str(root_dir / "tmp" / "nvidia-mps"), None, fs.MS_BIND)
         out = []
         with Rootfs(root_dir) as root:
             for op in (lambda r: r.symlink("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so"),
@@ -623,7 +623,7 @@ def test_check_same_mount_for_ldconfig_folders(resolver, root_dir, tmp_path):
     os.symlink("/data", root_dir / "libs")
 
     def work():
-        rootfs.mount(str(host), str(root_dir / "data"), None, rootfs.MS_BIND)
+        fs.mount(str(host), str(root_dir / "data"), None, fs.MS_BIND)
         with Rootfs(root_dir) as root:
             root.check_same_mount("/lib")
             root.check_same_mount("/data")
@@ -640,7 +640,7 @@ def test_mount_id_differs_across_mounts(tmp_path):
     fd = os.open("/", os.O_PATH)
     proc = os.open("/proc", os.O_PATH)
     try:
-        assert rootfs.mount_id(fd) != rootfs.mount_id(proc)
+        assert fs.mount_id(fd) != fs.mount_id(proc)
     finally:
         os.close(fd)
         os.close(proc)
@@ -678,9 +678,9 @@ def test_bind_mount_recursive_and_private(resolver, root_dir, tmp_path):
     (inner / "pipe").write_text("x")
 
     def work():
-        rootfs.mount(str(src), str(src), None, rootfs.MS_BIND)
-        rootfs.mount(None, str(src), None, 0x100000)  # MS_SHARED: a bind would join its peers
-        rootfs.mount(str(inner), str(src / "sub"), None, rootfs.MS_BIND)
+        fs.mount(str(src), str(src), None, fs.MS_BIND)
+        fs.mount(None, str(src), None, 0x100000)  # MS_SHARED: a bind would join its peers
+        fs.mount(str(inner), str(src / "sub"), None, fs.MS_BIND)
         out = []
         for name, recursive in (("flat", False), ("deep", True)):
             with Rootfs(root_dir) as root:
@@ -696,8 +696,8 @@ def test_bind_mount_recursive_and_private(resolver, root_dir, tmp_path):
 @needs_root
 def test_remount_read_only_keeps_nosuid_and_nodev_of_the_roots_own_mount(root_dir):
     def work():
-        rootfs.mount(str(root_dir), str(root_dir), None, rootfs.MS_BIND)
-        rootfs.mount(None, str(root_dir), None, rootfs.MS_BIND | rootfs.MS_REMOUNT | rootfs.MS_NOSUID | rootfs.MS_NODEV)
+        fs.mount(str(root_dir), str(root_dir), None, fs.MS_BIND)
+        fs.mount(None, str(root_dir), None, fs.MS_BIND | fs.MS_REMOUNT | fs.MS_NOSUID | fs.MS_NODEV)
         with Rootfs(root_dir) as root:
             root.remount_read_only()
         flags = os.statvfs(root_dir).f_flag

@@ -21,7 +21,6 @@ from typing import Callable
 import pytest
 
 from nvct.linux import fs
-from nvct.rootfs import root as rootfs
 from nvct.base.errors import ContainerError
 from nvct.linux.namespaces import in_private_mount_namespace, mounts
 from nvct.linux.privileges import drop_capabilities
@@ -114,7 +113,7 @@ class Scene:
                 fs._have_openat2 = False
             if proc:
                 (self.root / "proc").mkdir(exist_ok=True)
-                rootfs.mount("proc", f"{root}/proc", "proc", rootfs.MS_NOSUID)
+                fs.mount("proc", f"{root}/proc", "proc", fs.MS_NOSUID)
             before = set(mounts())
             errors: list[str | None] = []
             with Rootfs(root) as r:
@@ -136,7 +135,7 @@ class Scene:
 @pytest.fixture(params=["openat2", "walk"])
 def resolver(request):
     """Each hostile test runs against openat2(2) and against the fallback walk."""
-    if request.param == "openat2" and not rootfs.openat2_available():
+    if request.param == "openat2" and not fs.openat2_available():
         pytest.skip("kernel has no openat2(2); the walk variant covers this test")
     return request.param
 

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from nvct.rootfs import root as rootfs
+from nvct.linux import fs
+from nvct.rootfs import mounts as rootfs_mounts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount, mknod)")
 
@@ -42,14 +43,14 @@ def test_swap_between_resolution_and_mount_cannot_redirect_it(libdir, resolver, 
                                                               how):
     scene = libdir
     name = "mount" if how == "bind_mount" else "_move_mount"
-    real = getattr(rootfs, name)
+    real = getattr(rootfs_mounts, name)
 
     def after_swap(*args):
         _swap_in_host_link(scene)  # the target fd is already resolved: too late
-        monkeypatch.setattr(rootfs, name, real)
+        monkeypatch.setattr(rootfs_mounts, name, real)
         return real(*args)
 
-    monkeypatch.setattr(rootfs, name, after_swap)
+    monkeypatch.setattr(rootfs_mounts, name, after_swap)
     target = f"/{LIB}/libhost.so.1.0"
     op = {"bind_mount": lambda r: r.bind_mount(str(scene.driver / "libcuda.so.1"), target),
           "mount_data": lambda r: r.mount_data(target, b"x")}[how]
@@ -67,7 +68,7 @@ def test_without_fds_the_same_swap_mounts_onto_the_host(libdir):
     def naive(_):
         assert os.path.realpath(target).startswith(str(scene.root))  # the check
         _swap_in_host_link(scene)
-        rootfs.mount(str(scene.driver / "libcuda.so.1"), target, None, rootfs.MS_BIND)
+        fs.mount(str(scene.driver / "libcuda.so.1"), target, None, fs.MS_BIND)
 
     errors, new_mounts = scene.attempt([naive], contained=False)
     assert errors == [None]
