@@ -62,9 +62,9 @@ def _median_ms(fn, runs: int) -> float:
 
 def in_process(node: dict, runs: int) -> float:
     from nvct.config import file as config_mod
+    from nvct.discover.driver import Driver
     from nvct.edits import build as injection
     from nvct.request import container as request
-    from nvct.discover.driver import Driver
 
     config = config_mod.load(node["config"])
     spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
@@ -275,6 +275,9 @@ def main() -> None:
                         "/run/nvct lock (rounds: a quarter of --runs, at least 3)")
     parser.add_argument("--cases", help="only these container cases (comma-separated names, e.g. "
                         "jit-cdi_8gpu,gpus-hook_8gpu; plain runc always runs), no other figures")
+    parser.add_argument("--other", metavar="BINDIR", help="with --cases: each case also through another "
+                        "install's programs (e.g. an older checkout's virtualenv bin), as NAME@other, "
+                        "interleaved in the same run, its configs copied so their /run/nvct records stay apart")
     opts = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench.py needs root (simulated node, containers)")
@@ -292,7 +295,8 @@ def main() -> None:
         if opts.batches:
             batch_figures(figures, nodes, work, max(opts.runs // 4, 3))
         elif opts.cases:
-            _container_figures(figures, nodes, rootfs, work, opts.runs, {}, set(opts.cases.split(",")))
+            _container_figures(figures, nodes, rootfs, work, opts.runs, {}, set(opts.cases.split(",")),
+                               other=opts.other)
         else:
             _all_figures(figures, nodes, rootfs, work, opts)
         figures["load_average_at_end"] = os.getloadavg()[0]
@@ -377,7 +381,7 @@ def default_configs(work: str) -> dict[str, str]:
 
 
 def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int,
-                       toolkits: dict[str, str], only: set[str] | None = None) -> None:
+                       toolkits: dict[str, str], only: set[str] | None = None, other: str | None = None) -> None:
     from tests.support.bundle import make_bundle
     from tests.support.rootfs import make_rootfs
 
@@ -422,6 +426,9 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
         cases[f"jit-cdi_8gpu_{name}"] = Case([os.path.join(toolkit, "nvidia-container-runtime")], bundle, env)
     if only:
         cases = {name: case for name, case in cases.items() if name == "runc_plain" or name in only}
+    if other:
+        cases.update({f"{name}@other": _other_case(case, other, work) for name, case in cases.items()
+                      if name != "runc_plain"})
     medians = lifecycles_ms(cases, runs)
     plain_ms = medians["runc_plain"]
     for name, ms in medians.items():
@@ -429,6 +436,40 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
         if name != "runc_plain":
             figures[f"{name}_added_ms"] = ms - plain_ms
             figures[f"{name}_ratio"] = ms / plain_ms
+
+
+def _other_case(case: Case, bindir: str, work: str) -> Case:
+    """``case`` through the programs in ``bindir``: the shim in its argv and the hook in its spec
+    swapped, its config copied to a path of its own (the /run/nvct records are per config path)."""
+    swap = {SHIM: os.path.join(bindir, "nvidia-container-runtime"),
+            os.path.join(BIN, "nvidia-container-runtime-hook"): os.path.join(bindir, "nvidia-container-runtime-hook")}
+    env = dict(case.env) if case.env is not None else None
+    cfg = (env or {}).get("NVIDIA_CTK_CONFIG_FILE_PATH")
+    if cfg:
+        env["NVIDIA_CTK_CONFIG_FILE_PATH"] = _copy_old(cfg, cfg + ".other.toml")
+    bundle = os.path.join(work, "other-" + os.path.basename(case.bundle.rstrip("/")))
+    if not os.path.isdir(bundle):
+        os.makedirs(bundle)
+        with open(os.path.join(case.bundle, "config.json")) as f:
+            spec = json.load(f)
+        spec["root"]["path"] = case.rootfs  # shared: each run starts from its pristine files
+        for hook in spec.get("hooks", {}).get("prestart", []):
+            hook["path"] = swap.get(hook["path"], hook["path"])
+            hook["env"] = [e if not e.startswith("NVIDIA_CTK_CONFIG_FILE_PATH=") else
+                           "NVIDIA_CTK_CONFIG_FILE_PATH=" + _copy_old(e.split("=", 1)[1], e.split("=", 1)[1]
+                                                                      + ".other.toml") for e in hook.get("env", [])]
+        with open(os.path.join(bundle, "config.json"), "w") as f:
+            json.dump(spec, f)
+    return Case([swap.get(a, a) for a in case.argv], bundle, env)
+
+
+def _copy_old(src: str, dst: str) -> str:
+    """``src`` copied to ``dst``, old enough to be recorded at once (nvct.oci.runtime.identity)."""
+    if not os.path.exists(dst):
+        shutil.copyfile(src, dst)
+        then = time.time() - 60
+        os.utime(dst, (then, then))
+    return dst
 
 
 #: Concurrent batch sizes (issue 28): as many lifecycles at once as an engine starts after a reboot.
