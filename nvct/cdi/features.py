@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 
+from nvct.config.keys import Settings
 from nvct.edits.model import ContainerEdits
 
 TYPE_CHECKING = False  # typing costs an import
@@ -49,8 +50,8 @@ EXPLICIT_LIBRARY_NAMES = (
     "libOpenCL.so", "libOpenGL.so", "libnvidia-api.so", "libnvidia-egl-xcb.so", "libnvidia-egl-xlib.so",
 )
 
-FEATURES_KEY = "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags"
-HOOKS_KEY = "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks"
+FEATURES_KEY = Settings.jit_cdi_feature_flags.name
+HOOKS_KEY = Settings.jit_cdi_disable_hooks.name
 
 
 class Generation:
@@ -189,14 +190,15 @@ def device_node_gids(edits: ContainerEdits) -> list[int]:
 
 def for_jit(config) -> Generation:
     """jit-cdi's choices, from ``nvcdi-feature-flags`` and ``nvcdi-disable-hooks``."""
-    return Generation(_strings(config, FEATURES_KEY), _strings(config, HOOKS_KEY),
+    return Generation(_strings(config, config.jit_cdi_feature_flags, FEATURES_KEY),
+                      _strings(config, config.jit_cdi_disable_hooks, HOOKS_KEY),
                       what=FEATURES_KEY, hooks_what=HOOKS_KEY)
 
 
-def _strings(config, key: str) -> list[str]:
+def _strings(config, value, key: str) -> list[str]:
     from nvct.base.errors import ConfigError
 
-    value = config.get(key) or []
+    value = value or []
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -19,9 +19,10 @@ from nvct.request import cdinames as names
 from nvct.cdi.registry import Registry
 from nvct.edits.model import ContainerEdits
 from nvct.base.errors import ConfigError, RequestError
+from nvct.config.keys import Settings
 
-DEFAULT_KIND_KEY = "nvidia-container-runtime.modes.cdi.default-kind"
-SPEC_DIRS_KEY = "nvidia-container-runtime.modes.cdi.spec-dirs"
+DEFAULT_KIND_KEY = Settings.cdi_default_kind.name
+SPEC_DIRS_KEY = Settings.cdi_spec_dirs.name
 AUTOMATIC_VENDOR = "runtime.nvidia.com"
 AUTOMATIC_CLASS = "gpu"
 AUTOMATIC_KIND = f"{AUTOMATIC_VENDOR}/{AUTOMATIC_CLASS}"
@@ -31,7 +32,7 @@ def requested_names(request, config) -> list[str]:
     """The fully-qualified names a request asks for, in order, without repeats."""
     if request.devices is None:
         return []
-    kind = config.get(DEFAULT_KIND_KEY) or "nvidia.com/gpu"
+    kind = config.cdi_default_kind or "nvidia.com/gpu"
     reason = names.kind_error(kind)
     if reason:
         raise ConfigError(f"{config.path or 'config'}: {DEFAULT_KIND_KEY}: {reason}")
@@ -49,7 +50,7 @@ def edits_for(request, config) -> ContainerEdits:
             raise RequestError(f"CDI devices of kind {AUTOMATIC_KIND} cannot be requested "
                                f"together with other CDI devices ({', '.join(wanted)})")
         return _automatic_registry(automatic, config).resolve(wanted)
-    dirs = config.get(SPEC_DIRS_KEY) or ()
+    dirs = config.cdi_spec_dirs or ()
     if isinstance(dirs, str):
         dirs = [dirs]
     return _sealed(Registry(dirs).resolve(wanted))

@@ -53,7 +53,7 @@ def generate_command(ctx, **params):
 def list_command(ctx, spec_dirs):
     from nvct.cdi.registry import Registry
 
-    dirs = spec_dirs or load_config(ctx).get("nvidia-container-runtime.modes.cdi.spec-dirs") or ()
+    dirs = spec_dirs or load_config(ctx).cdi_spec_dirs or ()
     registry = Registry(dirs)
     for problem in registry.problems():
         click.echo(f"nvct: warning: {problem}", err=True)

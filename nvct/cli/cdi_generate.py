@@ -183,7 +183,7 @@ def resolve(given: dict, environ, config) -> dict:
     if out["dev_root"] is None and root_given:
         out["dev_root"] = out["driver_root"]
     if out["driver_root"] is None:
-        out["driver_root"] = config.get("nvidia-container-cli.root") or None
+        out["driver_root"] = config.cli_root or None
     return out
 
 
@@ -206,7 +206,7 @@ def run(config, given: dict) -> str | None:
     if o["ldconfig_path"] and not o["ldconfig_path"].lstrip("@").startswith("/"):
         raise NvctError(f"--ldconfig-path: {o['ldconfig_path']!r} is not an absolute host path")
     driver = Driver(o["driver_root"] or config.driver_root, o["dev_root"] or config.dev_root, config.proc_root,
-                    config.get("nvidia-container-cli.ldcache") or None)
+                    config.cli_ldcache or None)
     generation = features.Generation(o["feature_flags"], o["disabled_hooks"], o["enabled_hooks"])
     device_ids = o["device_ids"] or ("all",)
     if o["csv_files"] and not (o["mode"] == "csv" or (o["mode"] == "auto" and csvmode.is_tegra(driver))):
@@ -218,7 +218,7 @@ def run(config, given: dict) -> str | None:
             driver, hook_path=hook_path, vendor=o["vendor"], cls=cls, device_ids=ids,
             strategies=o["strategies"] or generate.DEFAULT_STRATEGIES, mode=o["mode"],
             all_device=not o["no_all_device"], ldconfig=ldconfig, generation=generation,
-            requirements=config.get("disable-require") is not True, csv_files=o["csv_files"] or csv_default)
+            requirements=config.disable_require is not True, csv_files=o["csv_files"] or csv_default)
 
     specs = [("", spec(o["cls"], device_ids))]
     if (features.COHERENT_ANNOTATIONS in generation.features and o["mode"] in ("auto", "nvml", "sandbox")

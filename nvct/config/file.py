@@ -19,6 +19,9 @@ from __future__ import annotations
 import os
 
 from nvct.base.errors import ConfigError
+from nvct.config import keys
+from nvct.config.keys import ALL_CAPABILITIES
+
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
@@ -27,49 +30,8 @@ if TYPE_CHECKING:
 CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
 RELATIVE_PATH = "nvidia-container-runtime/config.toml"
 
-ALL_CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
-
-#: The built-in defaults, in the reference's layout.
-DEFAULTS: dict[str, object] = {
-    "accept-nvidia-visible-devices-as-volume-mounts": False,
-    "accept-nvidia-visible-devices-envvar-when-unprivileged": True,
-    "disable-require": False,
-    "supported-driver-capabilities": ",".join(ALL_CAPABILITIES),
-    "swarm-resource": "",
-    "nvidia-container-cli": {
-        "root": "",
-        "path": "",
-        "environment": [],
-        "debug": "",
-        "ldcache": "",
-        "load-kmods": True,
-        "no-cgroups": False,
-        "user": "",
-        "ldconfig": "@/sbin/ldconfig",
-    },
-    "nvidia-container-runtime": {
-        "debug": "/dev/null",
-        "log-level": "info",
-        "runtimes": ["runc", "crun"],
-        "mode": "auto",
-        "modes": {
-            "csv": {"mount-spec-path": "/etc/nvidia-container-runtime/host-files-for-container.d"},
-            "cdi": {
-                "default-kind": "nvidia.com/gpu",
-                "annotation-prefixes": ["cdi.k8s.io/"],
-                "spec-dirs": ["/etc/cdi", "/var/run/cdi"],
-            },
-            "legacy": {"cuda-compat-mode": "ldconfig"},
-        },
-    },
-    "nvidia-container-runtime-hook": {
-        "path": "nvidia-container-runtime-hook",
-        "skip-mode-detection": False,
-    },
-    "nvidia-ctk": {"path": "nvidia-ctk"},
-    "features": {},
-    "nvct": {"dev-root": "", "proc-root": "", "path": ""},
-}
+#: The built-in defaults, in the reference's layout (from the table of keys).
+DEFAULTS: dict[str, object] = keys.defaults()
 
 _MODES = ("auto", "legacy", "cdi", "jit-cdi", "csv")
 
@@ -83,8 +45,13 @@ def default_path(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(root, RELATIVE_PATH)
 
 
-class Config:
-    """Typed access to the merged configuration (file over defaults)."""
+class Config(keys.Settings):
+    """Typed access to the merged configuration (file over defaults).
+
+    Each key's accessor comes from the table (:class:`nvct.config.keys.Settings`):
+    ``config.cli_load_kmods``, ``config.cdi_spec_dirs``. The properties below add
+    what a key alone does not say (environment overrides, parsing).
+    """
 
     def __init__(self, data: Mapping[str, object] | None = None, path: str | None = None,
                  env: Mapping[str, str] | None = None):
@@ -110,12 +77,12 @@ class Config:
     # --- roots: the driver, /dev and /proc can each live elsewhere ---
     @property
     def driver_root(self) -> str:
-        return self._env.get("NVCT_DRIVER_ROOT") or self.get("nvidia-container-cli.root") or "/"
+        return self._env.get("NVCT_DRIVER_ROOT") or self.cli_root or "/"
 
     @property
     def dev_root(self) -> str:
         """Where ``dev/nvidia*`` are: as in the reference, the driver root unless set on its own."""
-        return self._env.get("NVCT_DEV_ROOT") or self.get("nvct.dev-root") or self.driver_root
+        return self._env.get("NVCT_DEV_ROOT") or self.nvct_dev_root or self.driver_root
 
     @property
     def dev_char_root(self) -> str:
@@ -124,54 +91,40 @@ class Config:
         With the driver root as dev root (the GPU Operator), the links stay in the host's /dev/char
         and point into ``<driver root>/dev``, as the reference's create-dev-char-symlinks makes them.
         """
-        return self._env.get("NVCT_DEV_ROOT") or self.get("nvct.dev-root") or "/"
+        return self._env.get("NVCT_DEV_ROOT") or self.nvct_dev_root or "/"
 
     @property
     def dev_root_source(self) -> str:
         """Why :attr:`dev_root` is what it is (``nvct doctor`` says it)."""
         if self._env.get("NVCT_DEV_ROOT"):
             return "set by NVCT_DEV_ROOT"
-        if self.get("nvct.dev-root"):
+        if self.nvct_dev_root:
             return "set by nvct.dev-root"
         return "the driver root, as nvct.dev-root is not set"
 
     @property
     def proc_root(self) -> str:
-        return self._env.get("NVCT_PROC_ROOT") or self.get("nvct.proc-root") or "/proc"
-
-    @property
-    def mode(self) -> str:
-        return self.get("nvidia-container-runtime.mode")
+        return self._env.get("NVCT_PROC_ROOT") or self.nvct_proc_root or "/proc"
 
     @property
     def runtimes(self) -> list[str]:
-        return list(self.get("nvidia-container-runtime.runtimes"))
+        return list(self._runtimes)
 
     @property
     def supported_capabilities(self) -> tuple[str, ...]:
-        raw = self.get("supported-driver-capabilities") or ""
+        raw = self.supported_driver_capabilities or ""
         return tuple(c for c in (s.strip() for s in raw.split(",")) if c)
 
     def unknown_keys(self) -> list[str]:
-        """Keys of the file that no release gives a meaning (typos): warned about, never refused.
-
-        Runs on every GPU container start: a file with only keys of the defaults
-        (the usual case) is answered without importing the full key list.
-        """
-        if _within(self._file, DEFAULTS):
-            return []
-        from nvct.config.keys import unknown
-
-        return unknown(self._file)
+        """Keys of the file that no release gives a meaning (typos): warned about, never refused."""
+        return keys.unknown(self._file)
 
     def unknown_keys_warning(self) -> str | None:
         """One line naming :meth:`unknown_keys`, or None when there are none."""
-        keys = self.unknown_keys()
-        if not keys:
+        found = self.unknown_keys()
+        if not found:
             return None
-        from nvct.config.keys import warning
-
-        return warning(self.path, keys)
+        return keys.warning(self.path, found)
 
     def feature(self, name: str) -> bool:
         return bool(self.get("features", {}).get(name, False))
@@ -183,7 +136,7 @@ class Config:
                 f"{self.path or 'config'}: nvidia-container-runtime.mode: "
                 f"unknown mode {mode!r} (expected one of {', '.join(_MODES)})"
             )
-        if not isinstance(self.get("nvidia-container-runtime.runtimes"), list):
+        if not isinstance(self._runtimes, list):
             raise ConfigError(f"{self.path or 'config'}: nvidia-container-runtime.runtimes must be a list")
         for cap in self.supported_capabilities:
             if cap not in ALL_CAPABILITIES:
@@ -324,16 +277,6 @@ def _toml_reason(msg: str) -> str:
 def _split_key(dotted: str) -> list[str]:
     # Top-level keys never contain dots, nested ones are table names.
     return dotted.split(".")
-
-
-def _within(table: Mapping[str, object], known: Mapping[str, object]) -> bool:
-    """Whether every key of ``table`` is one of ``known``'s, at every level."""
-    for key, value in table.items():
-        if key not in known:
-            return False
-        if isinstance(value, dict) and isinstance(known[key], dict) and not _within(value, known[key]):
-            return False
-    return True
 
 
 def _copy(value):

@@ -9,34 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nvct.config import keys
+
 #: Feature flags the reference knows (``[features]``, each a boolean).
-FEATURES = (
-    "allow-cuda-compat-libs-from-container",
-    "allow-ldconfig-from-container",
-    "allow-unknown-oci-spec-fields",
-    "disable-cuda-compat-lib-hook",
-    "disable-imex-channel-creation",
-    "ignore-imex-channel-requests",
-    "no-additional-gids-for-device-nodes",
-)
+FEATURES = keys.feature_flags()
 
 #: Settings written commented out, with an example value, unless set (the reference's list).
-EXAMPLES = {
-    "accept-nvidia-visible-devices-as-volume-mounts": False,
-    "accept-nvidia-visible-devices-envvar-when-unprivileged": True,
-    "swarm-resource": "DOCKER_RESOURCE_GPU",
-    "nvidia-container-cli.debug": "/var/log/nvidia-container-toolkit.log",
-    "nvidia-container-cli.ldcache": "/etc/ld.so.cache",
-    "nvidia-container-cli.no-cgroups": False,
-    "nvidia-container-cli.path": "/usr/bin/nvidia-container-cli",
-    "nvidia-container-cli.root": "/run/nvidia/driver",
-    "nvidia-container-cli.user": "root:video",
-    "nvidia-container-runtime.debug": "/var/log/nvidia-container-runtime.log",
-    "nvct.dev-root": "/",
-    "nvct.proc-root": "/proc",
-    "nvct.path": "/usr/bin/nvct",
-}
-
+EXAMPLES = keys.examples()
 
 
 def render(data: dict, explicit: set | None) -> str:
@@ -79,7 +58,7 @@ def _commented_keys(prefix: tuple, explicit: set | None) -> list:
 
 
 def _should_comment(key: str, value: Any) -> bool:
-    if key == "nvidia-container-runtime.debug" and value == "/dev/null":
+    if key == keys.Settings.runtime_debug.name and value == "/dev/null":
         return True
     return value is None or value == "" or value == EXAMPLES[key]
 

@@ -243,7 +243,7 @@ class Driver:
     @classmethod
     def from_config(cls, config) -> Driver:
         return cls(config.driver_root, config.dev_root, config.proc_root,
-                   config.get("nvidia-container-cli.ldcache") or None)
+                   config.cli_ldcache or None)
 
     # --- paths ---
     def host_path(self, path: str) -> str:

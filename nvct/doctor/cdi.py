@@ -22,10 +22,9 @@ _DEFAULT_SPEC = "/etc/cdi/nvidia.yaml"
 def spec_dirs(ctx: Context) -> list[str]:
     if ctx.options.cdi_dirs:
         return list(ctx.options.cdi_dirs)
-    from nvct.cdi.modes import SPEC_DIRS_KEY
     from nvct.config.file import Config
 
-    dirs = (ctx.config or Config(env={})).get(SPEC_DIRS_KEY) or ()
+    dirs = (ctx.config or Config(env={})).cdi_spec_dirs or ()
     return [dirs] if isinstance(dirs, str) else list(dirs)
 
 

@@ -180,8 +180,8 @@ def check_log(ctx: Context):
     if ctx.config is None:
         yield ctx.skipped("config.log", "nvct's config does not load (see config.file)")
         return
-    path = ctx.config.get("nvidia-container-runtime.debug") or ""
-    level = ctx.config.get("nvidia-container-runtime.log-level") or "info"
+    path = ctx.config.runtime_debug or ""
+    level = ctx.config.runtime_log_level or "info"
     if path in ("", "/dev/null"):
         yield info("config.log", "container starts are not logged (nvidia-container-runtime.debug is /dev/null)",
                    "to log them: " + ctx.set_command("nvidia-container-runtime.debug",

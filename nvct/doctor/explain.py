@@ -375,7 +375,7 @@ def _cdi_reasons(result: Explanation, config) -> None:
     if any(n.startswith(cdi_modes.AUTOMATIC_KIND + "=") for n in wanted):
         _fill_reasons(result.edits, {}, f"generated for this request ({cdi_modes.AUTOMATIC_KIND})")
         return
-    dirs = config.get(cdi_modes.SPEC_DIRS_KEY) or ()
+    dirs = config.cdi_spec_dirs or ()
     registry = Registry([dirs] if isinstance(dirs, str) else dirs)
     reasons: dict = {}
     for name in wanted:

@@ -218,8 +218,7 @@ def _module_path(name: str) -> str | None:
 def _config_programs(ctx: Context) -> list[str]:
     """The hook programs and the low-level runtime nvct's config names."""
     out = []
-    for key in ("nvct.path", "nvidia-ctk.path", "nvidia-container-runtime-hook.path"):
-        value = ctx.config.get(key)
+    for value in (ctx.config.nvct_path, ctx.config.ctk_path, ctx.config.hook_path):
         if isinstance(value, str) and os.path.isabs(value):
             out.append(value)
     try:

@@ -18,6 +18,7 @@ from nvct.discover.driver import VDPAU_DIRS, Driver, Gpu, Library, MigDevice, No
 from nvct.edits.model import ContainerEdits, DeviceNode, Hook, Mount
 from nvct.base.errors import NvctError, RequestError
 from nvct.base.log import logger
+from nvct.config.keys import Settings
 from nvct.oci.runtime import which
 from nvct.request.container import Request
 
@@ -135,7 +136,7 @@ def memory_limit_edits(request: Request, driver: Driver, gpus, hook_path: str) -
 
 def selection_for(request: Request, driver: Driver, config) -> Selection:
     """The GPUs and MIG devices ``request`` names (``nvidia.com/gpu=<id>`` names included)."""
-    default_kind = config.get("nvidia-container-runtime.modes.cdi.default-kind") or "nvidia.com/gpu"
+    default_kind = config.cdi_default_kind or "nvidia.com/gpu"
     what = "--device" if request.source == "nvidia-container-cli" else "NVIDIA_VISIBLE_DEVICES"
     return select(request.devices or (), driver, default_kind=default_kind, what=what)
 
@@ -164,7 +165,7 @@ def ldconfig_setting(config) -> str | None:
     The update-ldcache step runs that host ldconfig ('@' marks a host path,
     as in the reference), e.g. Ubuntu's ``@/sbin/ldconfig.real``.
     """
-    value = config.get("nvidia-container-cli.ldconfig")
+    value = config.cli_ldconfig
     if not value:
         return None
     if not isinstance(value, str):
@@ -324,7 +325,7 @@ def chain_steps(args) -> list[str] | None:
 
 
 #: ``nvidia-ctk.path``'s built-in value: a bare name, which nvct's own lookup serves better.
-_CTK_DEFAULT = "nvidia-ctk"
+_CTK_DEFAULT = Settings.ctk_path.default
 
 
 def hook_executable(config) -> str:
@@ -340,9 +341,9 @@ def hook_source(config) -> tuple[str, str]:
     beside the running program (its package's bin dir), beside the interpreter,
     then on PATH. A configured bare name is looked up on PATH.
     """
-    for key in ("nvct.path", "nvidia-ctk.path"):
-        configured = config.get(key)
-        if not configured or (key == "nvidia-ctk.path" and configured == _CTK_DEFAULT):
+    for row, configured in ((Settings.nvct_path, config.nvct_path), (Settings.ctk_path, config.ctk_path)):
+        key = row.name
+        if not configured or (row is Settings.ctk_path and configured == _CTK_DEFAULT):
             continue
         if os.path.isabs(configured):
             return configured, key

@@ -27,13 +27,14 @@ import stat
 
 from nvct.edits.model import ContainerEdits, DeviceNode, Hook, Mount
 from nvct.base.errors import ConfigError
+from nvct.config.keys import Settings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvct.discover.driver import Driver
 
-MOUNT_SPEC_PATH_KEY = "nvidia-container-runtime.modes.csv.mount-spec-path"
-DEFAULT_MOUNT_SPEC_PATH = "/etc/nvidia-container-runtime/host-files-for-container.d"
+MOUNT_SPEC_PATH_KEY = Settings.csv_mount_spec_path.name
+DEFAULT_MOUNT_SPEC_PATH = Settings.csv_mount_spec_path.default
 #: The files read unless the image asks for all of them (the reference's rule).
 BASE_FILES = ("devices.csv", "drivers.csv", "l4t.csv")
 JETPACK_ENV = "NVIDIA_REQUIRE_JETPACK"
@@ -46,7 +47,7 @@ _MAX_HOPS = 40
 
 
 def mount_spec_path(config) -> str:
-    return config.get(MOUNT_SPEC_PATH_KEY) or DEFAULT_MOUNT_SPEC_PATH
+    return config.csv_mount_spec_path or DEFAULT_MOUNT_SPEC_PATH
 
 
 def csv_files(directory: str, *, all_files: bool = False) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from nvct.config.keys import Settings
 from nvct.discover.driver import MULTIARCH, VDPAU_DIRS, Driver
 from nvct.edits.model import ContainerEdits, Mount
 
@@ -28,7 +29,7 @@ MODE = "sandbox"
 #: The annotation that asks for sandbox edits in jit-cdi (value ``true``).
 ANNOTATION = "nvct/sandbox"
 #: ``nvct.sandbox``: when jit-cdi gives sandbox edits.
-CONFIG_KEY = "nvct.sandbox"
+CONFIG_KEY = Settings.sandbox.name
 POLICIES = ("annotation", "always", "never")
 DEFAULT_POLICY = "annotation"
 
@@ -98,7 +99,7 @@ def wanted(spec, config) -> tuple[bool, str]:
     """Whether jit-cdi gives this container sandbox edits, and why (``nvct.sandbox``, the annotation)."""
     from nvct.base.errors import NvctError
 
-    policy = config.get(CONFIG_KEY) or DEFAULT_POLICY
+    policy = config.sandbox or DEFAULT_POLICY
     if policy not in POLICIES:
         raise NvctError(f"{CONFIG_KEY}: {policy!r} is not one of {', '.join(POLICIES)}")
     if policy != "annotation":

@@ -36,7 +36,7 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     from nvct.rootfs import mounttargets
     from nvct.oci import spec as ocispec
 
-    if config.get("nvidia-container-cli.load-kmods"):
+    if config.cli_load_kmods:
         from nvct.node import kmods
 
         kmods.load(config.proc_root, config.dev_root)
@@ -46,14 +46,14 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     privileges.drop_capabilities(KEEP_CAPS)
     rootfs = ocispec.root_path(rootfs, None) if rootfs else ocispec.rootfs(spec, bundle)
     mounttargets.check_proc(spec, rootfs)  # no volume under the /proc we mask
-    if not config.get("nvidia-container-cli.no-cgroups"):
+    if not config.cli_no_cgroups:
         cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
     from nvct.edits import csvmode, wsl
 
     # WSL2 and Jetson have no /proc/driver/nvidia, and a GPU index names nothing there.
     procfs = ([], []) if wsl.is_wsl(driver) or csvmode.is_tegra(driver) else procfs_view(
         request, driver, injection.selection_for(request, driver, config))
-    compat = config.get("nvidia-container-runtime.modes.legacy.cuda-compat-mode") != "disabled"
+    compat = config.legacy_cuda_compat_mode != "disabled"
     from nvct.rootfs.root import root_identity
 
     # Verified here, in the host's mount namespace: in the container's, the runtime may have

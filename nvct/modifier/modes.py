@@ -255,7 +255,7 @@ def legacy_record(config, program: str) -> str | None:
     hook found on a PATH the next caller may not share, text the front
     cannot paste as it is.
     """
-    if config.mode != "legacy" or config.get("nvidia-container-runtime.debug") not in (None, "", "/dev/null"):
+    if config.mode != "legacy" or config.runtime_debug not in (None, "", "/dev/null"):
         return None
     path, on_path = _legacy_hook_path(config)
     if on_path or not os.path.isabs(program) or any(c in path for c in '"\\'):
@@ -275,7 +275,7 @@ def legacy_hook_path(config) -> str:
 
 def _legacy_hook_path(config) -> tuple[str, bool]:
     """:func:`legacy_hook_path`, and whether it depends on PATH."""
-    configured = config.get("nvidia-container-runtime-hook.path") or HOOK_NAME
+    configured = config.hook_path or HOOK_NAME
     if os.path.isabs(configured):
         return configured, False
     beside = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or "")), configured)

@@ -122,7 +122,7 @@ def _driver(config):
     from nvct.discover.driver import Driver
 
     driver = Driver.from_config(config)
-    if config.get("nvidia-container-cli.load-kmods"):
+    if config.cli_load_kmods:
         from nvct.node import kmods
 
         kmods.load(config.proc_root, config.dev_root)

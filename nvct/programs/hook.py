@@ -72,8 +72,8 @@ def _prestart(config_path: str | None) -> None:
         config = config_mod.load(config_path)
         # The names the hooks.d front greps for under this config (it never works them out itself).
         problem = lowlevel.remember(path, seen, request_mod.request_markers(config))
-    log.setup(config.get("nvidia-container-runtime.log-level") or "info",
-              config.get("nvidia-container-cli.debug") or config.get("nvidia-container-runtime.debug"),
+    log.setup(config.runtime_log_level or "info",
+              config.cli_debug or config.runtime_debug,
               fmt="json" if os.environ.get("NVCT_LOG_FORMAT") == "json" else "text")
     if problem:
         log.logger.debug("cache not used, every call starts Python: %s", problem)

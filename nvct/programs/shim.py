@@ -96,11 +96,11 @@ def _cache_problem(config, problem: str | None) -> None:
     from nvct.base import parsecache
 
     problems = [p for p in (problem, *parsecache.problems) if p]
-    if not problems or not config.get("nvidia-container-runtime.debug"):
+    if not problems or not config.runtime_debug:
         return
     from nvct.base import log
 
-    log.setup(config.get("nvidia-container-runtime.log-level") or "info", config.get("nvidia-container-runtime.debug"))
+    log.setup(config.runtime_log_level or "info", config.runtime_debug)
     for p in problems:
         log.logger.debug("cache not used, every call starts Python: %s", p)
 
@@ -125,8 +125,8 @@ def _create(args, config, start: float, runtime: str) -> None:
     from nvct.base import log
     from nvct.modifier import modes
 
-    log.setup(config.get("nvidia-container-runtime.log-level") or "info",
-              config.get("nvidia-container-runtime.debug"), fmt=args.log_format or "text")
+    log.setup(config.runtime_log_level or "info",
+              config.runtime_debug, fmt=args.log_format or "text")
     typos = config.unknown_keys_warning()
     result = None
     try:
@@ -244,7 +244,7 @@ def _fail(args, message: str) -> None:
     try:
         from nvct.config import file as config_mod
 
-        log.setup("info", config_mod.load().get("nvidia-container-runtime.debug"))
+        log.setup("info", config_mod.load().runtime_debug)
         log.logger.error("%s", message)
     except Exception:  # noqa: BLE001 - the error itself may be a bad config
         pass

@@ -108,8 +108,8 @@ def request_markers(config: Config) -> list[str]:
     request may use under ``config``, and a backslash (a JSON escape may hide a name). The sh
     fronts grep for exactly these, as nvct.oci.runtime records them."""
     names = ["\\", VISIBLE_DEVICES, CUDA_VERSION, DEVICE_LIST_ROOT]
-    names += [s.strip() for s in str(config.get("swarm-resource") or "").split(",") if s.strip()]
-    names += [str(p) for p in config.get("nvidia-container-runtime.modes.cdi.annotation-prefixes") or ()]
+    names += [s.strip() for s in str(config.swarm_resource or "").split(",") if s.strip()]
+    names += [str(p) for p in config.cdi_annotation_prefixes or ()]
     return names
 
 
@@ -158,7 +158,7 @@ def from_env(env: Mapping[str, str], config: Config, *, privileged: bool = False
         return Request(devices=None, privileged=privileged, legacy_image=legacy, env=env)
     mig_config = _privileged_list(env, MIG_CONFIG_DEVICES, privileged)
     mig_monitor = _privileged_list(env, MIG_MONITOR_DEVICES, privileged)
-    disable_require = bool(config.get("disable-require")) or _parse_bool(env.get("NVIDIA_DISABLE_REQUIRE"))
+    disable_require = bool(config.disable_require) or _parse_bool(env.get("NVIDIA_DISABLE_REQUIRE"))
     return Request(
         devices=devices,
         capabilities=_capabilities(env, config, legacy),
@@ -192,7 +192,7 @@ def _visible_devices(env, config, privileged, mounts, annotations, legacy):
 def _requested_devices(env, config, privileged, mounts, annotations, legacy):
     from_annotations = _devices_from_annotations(annotations, config)
     if from_annotations:
-        if not (privileged or config.get("accept-nvidia-visible-devices-envvar-when-unprivileged")):
+        if not (privileged or config.accept_envvar_unprivileged):
             # Annotations are spec content like the env (podman copies an image's
             # annotations; CRI can pass a pod's): with the env locked down for
             # unprivileged containers, so are they. Volume mounts stay the channel.
@@ -202,7 +202,7 @@ def _requested_devices(env, config, privileged, mounts, annotations, legacy):
                            "(accept-nvidia-visible-devices-envvar-when-unprivileged = false)")
         else:
             return _normalize(from_annotations, "annotations"), "annotations"
-    if config.get("accept-nvidia-visible-devices-as-volume-mounts"):
+    if config.accept_volume_mounts:
         from_mounts = [
             _mount_request_to_name(d) for d in _mount_requests(mounts) if not d.startswith("imex/")
         ]
@@ -217,7 +217,7 @@ def _requested_devices(env, config, privileged, mounts, annotations, legacy):
     devices = _normalize(ids, "/".join(names))
     if devices is None:
         return None, "env"
-    if not (privileged or config.get("accept-nvidia-visible-devices-envvar-when-unprivileged")):
+    if not (privileged or config.accept_envvar_unprivileged):
         from nvct.base.log import logger
 
         logger.warning("ignoring %s in unprivileged container "
@@ -231,7 +231,7 @@ def _requested_devices(env, config, privileged, mounts, annotations, legacy):
 def _device_list_as_mounts(var: str, config) -> str:
     """The plugin's volume-mounts strategy put the device list's directory into the env."""
     said = f"{var}={DEVICE_LIST_ROOT} means the GPUs are listed as volume mounts"
-    if not config.get("accept-nvidia-visible-devices-as-volume-mounts"):
+    if not config.accept_volume_mounts:
         return f"{said}, which this config ignores: set accept-nvidia-visible-devices-as-volume-mounts = true"
     return f"{said}, but the container has no volume mount under {DEVICE_LIST_ROOT}"
 
@@ -254,7 +254,7 @@ def _check_gated_kinds(devices, source, privileged, config) -> None:
     """
     if privileged:
         return
-    default_vendor = str(config.get("nvidia-container-runtime.modes.cdi.default-kind")
+    default_vendor = str(config.cdi_default_kind
                          or "nvidia.com/gpu").partition("/")[0]
     where = {"env": VISIBLE_DEVICES, "mounts": "volume mounts"}.get(source, source)
     for name in devices:
@@ -273,7 +273,7 @@ def _check_gated_kinds(devices, source, privileged, config) -> None:
 
 def _visible_env_vars(env, config) -> list[str]:
     """``swarm-resource`` names env vars that take precedence over NVIDIA_VISIBLE_DEVICES."""
-    swarm = [s.strip() for s in str(config.get("swarm-resource") or "").split(",") if s.strip()]
+    swarm = [s.strip() for s in str(config.swarm_resource or "").split(",") if s.strip()]
     present = [s for s in swarm if s in env]
     return present or [VISIBLE_DEVICES]
 
@@ -304,7 +304,7 @@ def _split_ids(value: str) -> list[str]:
 
 
 def _devices_from_annotations(annotations: Mapping[str, str], config: Config) -> list[str]:
-    prefixes = config.get("nvidia-container-runtime.modes.cdi.annotation-prefixes") or ()
+    prefixes = config.cdi_annotation_prefixes or ()
     keys = sorted(k for k in annotations if any(k.startswith(p) for p in prefixes))
     out: list[str] = []
     for key in keys:
@@ -348,9 +348,9 @@ def _mount_request_to_name(device: str) -> str | None:
 
 
 def _imex_channels(env, config, privileged, mounts) -> tuple[str, ...]:
-    if config.feature("ignore-imex-channel-requests"):
+    if config.ignore_imex_channel_requests:
         return ()
-    if config.get("accept-nvidia-visible-devices-as-volume-mounts"):
+    if config.accept_volume_mounts:
         channels = [d[len("imex/"):] for d in _mount_requests(mounts) if d.startswith("imex/")]
         if channels:
             return _checked_channels(dict.fromkeys(channels), "IMEX channel volume mount")
@@ -360,7 +360,7 @@ def _imex_channels(env, config, privileged, mounts) -> tuple[str, ...]:
     if not channels or channels == ("all",):
         # The reference ignores "all" for IMEX channels: there is no channel list to expand.
         return ()
-    if not (privileged or config.get("accept-nvidia-visible-devices-envvar-when-unprivileged")):
+    if not (privileged or config.accept_envvar_unprivileged):
         return ()
     return _checked_channels(channels, IMEX_CHANNELS)
 
