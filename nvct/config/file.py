@@ -107,10 +107,6 @@ class Config(keys.Settings):
         return self._env.get("NVCT_PROC_ROOT") or self.nvct_proc_root or "/proc"
 
     @property
-    def runtimes(self) -> list[str]:
-        return list(self._runtimes)
-
-    @property
     def supported_capabilities(self) -> tuple[str, ...]:
         raw = self.supported_driver_capabilities or ""
         return tuple(c for c in (s.strip() for s in raw.split(",")) if c)
@@ -133,15 +129,15 @@ class Config(keys.Settings):
         mode = self.mode
         if mode not in _MODES:
             raise ConfigError(
-                f"{self.path or 'config'}: nvidia-container-runtime.mode: "
+                f"{self.path or 'config'}: {keys.Settings.mode.name}: "
                 f"unknown mode {mode!r} (expected one of {', '.join(_MODES)})"
             )
-        if not isinstance(self._runtimes, list):
-            raise ConfigError(f"{self.path or 'config'}: nvidia-container-runtime.runtimes must be a list")
+        if not isinstance(self.runtimes, list):
+            raise ConfigError(f"{self.path or 'config'}: {keys.Settings.runtimes.name} must be a list")
         for cap in self.supported_capabilities:
             if cap not in ALL_CAPABILITIES:
                 raise ConfigError(
-                    f"{self.path or 'config'}: supported-driver-capabilities: unknown capability {cap!r}"
+                    f"{self.path or 'config'}: {keys.Settings.supported_driver_capabilities.name}: unknown capability {cap!r}"
                 )
 
 

@@ -14,8 +14,9 @@ The keys are the union of every release of the reference's config struct (its
 config.toml templates carried) and nvct's own ``[nvct]`` table. A key outside
 it is most likely a typo; it is still accepted, because a newer reference
 release may add keys that must keep working here. An accessor returns the
-value as the file (over the defaults) has it, None where neither sets it; an
-accessor named with a leading ``_`` is wrapped by a public one on ``Config``.
+value as the file (over the defaults) has it, None where neither sets it;
+``Config`` adds what a key alone does not say (``driver_root`` with its
+environment override, ``supported_capabilities`` parsed).
 
 The shim reads the config on every container start: this module imports
 nothing, and the table is built once, at import.
@@ -109,7 +110,7 @@ class Settings:
     runtime_debug: str = key("nvidia-container-runtime.debug", "/dev/null",
                              example="/var/log/nvidia-container-runtime.log")
     runtime_log_level: str = key("nvidia-container-runtime.log-level", "info")
-    _runtimes: list = key("nvidia-container-runtime.runtimes", ["runc", "crun"])
+    runtimes: list = key("nvidia-container-runtime.runtimes", ["runc", "crun"])
     mode: str = key("nvidia-container-runtime.mode", "auto")
     runtime_experimental: bool | None = key("nvidia-container-runtime.experimental")
     runtime_discover_mode: str | None = key("nvidia-container-runtime.discover-mode")

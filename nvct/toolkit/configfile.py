@@ -14,35 +14,36 @@ import copy
 import os
 from typing import Any, Mapping
 
+from nvct.config.keys import Settings as S
 from nvct.toolkit.layout import Layout
 from nvct.toolkit.options import Options
 
-DEFAULT_LDCONFIG = "@/sbin/ldconfig"
+DEFAULT_LDCONFIG = S.cli_ldconfig.default
 
 
 def settings(opts: Options, layout: Layout, runtimes: list) -> dict[str, Any]:
     """Dotted key -> value: everything the installed configs set (``mode`` aside)."""
     out: dict[str, Any] = {
-        "accept-nvidia-visible-devices-envvar-when-unprivileged": opts.accept_envvar_unprivileged,
-        "accept-nvidia-visible-devices-as-volume-mounts": opts.accept_volume_mounts,
-        "nvidia-container-cli.root": opts.driver_root,
-        "nvidia-container-cli.ldconfig": ldconfig(opts.driver_root, opts.driver_root_ctr_path or opts.driver_root),
-        "nvidia-container-runtime-hook.path": layout.hook,
-        "nvidia-container-runtime-hook.skip-mode-detection": opts.hook_skip_mode_detection,
-        "nvidia-container-runtime.runtimes": list(runtimes),
-        "nvct.path": layout.nvct,
-        "nvidia-container-cli.path": layout.tool("nvidia-container-cli"),
-        "nvidia-ctk.path": layout.tool("nvidia-ctk"),
+        S.accept_envvar_unprivileged.name: opts.accept_envvar_unprivileged,
+        S.accept_volume_mounts.name: opts.accept_volume_mounts,
+        S.cli_root.name: opts.driver_root,
+        S.cli_ldconfig.name: ldconfig(opts.driver_root, opts.driver_root_ctr_path or opts.driver_root),
+        S.hook_path.name: layout.hook,
+        S.hook_skip_mode_detection.name: opts.hook_skip_mode_detection,
+        S.runtimes.name: list(runtimes),
+        S.nvct_path.name: layout.nvct,
+        S.cli_path.name: layout.tool("nvidia-container-cli"),
+        S.ctk_path.name: layout.tool("nvidia-ctk"),
     }
     optional = {
-        "nvidia-container-runtime.mode": opts.runtime_mode,
-        "nvidia-container-runtime.debug": opts.runtime_debug,
-        "nvidia-container-runtime.log-level": opts.runtime_log_level,
-        "nvidia-container-runtime.modes.cdi.default-kind": opts.cdi_default_kind,
-        "nvidia-container-runtime.modes.cdi.annotation-prefixes": list(opts.cdi_annotation_prefixes) or None,
-        "nvidia-container-cli.debug": opts.cli_debug,
-        "nvct.dev-root": opts.dev_root,
-        "nvct.proc-root": opts.proc_root,
+        S.mode.name: opts.runtime_mode,
+        S.runtime_debug.name: opts.runtime_debug,
+        S.runtime_log_level.name: opts.runtime_log_level,
+        S.cdi_default_kind.name: opts.cdi_default_kind,
+        S.cdi_annotation_prefixes.name: list(opts.cdi_annotation_prefixes) or None,
+        S.cli_debug.name: opts.cli_debug,
+        S.nvct_dev_root.name: opts.dev_root,
+        S.nvct_proc_root.name: opts.proc_root,
     }
     out.update({k: v for k, v in optional.items() if v})
     for feature in opts.opt_in_features:
@@ -57,7 +58,7 @@ def render(values: Mapping[str, Any], mode: str | None = None) -> str:
 
     values = dict(values)
     if mode:
-        values["nvidia-container-runtime.mode"] = mode
+        values[S.mode.name] = mode
     data = copy.deepcopy(DEFAULTS)
     for key, value in values.items():
         node = data
