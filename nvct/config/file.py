@@ -22,10 +22,9 @@ from nvct.base.errors import ConfigError
 from nvct.config import keys
 from nvct.config.keys import ALL_CAPABILITIES
 
-
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
-    from typing import Mapping
+    from typing import Any, Mapping
 
 CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
 RELATIVE_PATH = "nvidia-container-runtime/config.toml"
@@ -123,7 +122,8 @@ class Config(keys.Settings):
         return keys.warning(self.path, found)
 
     def feature(self, name: str) -> bool:
-        return bool(self.get("features", {}).get(name, False))
+        features: Any = self.get("features", {})
+        return bool(features.get(name, False))
 
     def _validate(self) -> None:
         mode = self.mode
@@ -136,9 +136,8 @@ class Config(keys.Settings):
             raise ConfigError(f"{self.path or 'config'}: {keys.Settings.runtimes.name} must be a list")
         for cap in self.supported_capabilities:
             if cap not in ALL_CAPABILITIES:
-                raise ConfigError(
-                    f"{self.path or 'config'}: {keys.Settings.supported_driver_capabilities.name}: unknown capability {cap!r}"
-                )
+                raise ConfigError(f"{self.path or 'config'}: {keys.Settings.supported_driver_capabilities.name}: "
+                                  f"unknown capability {cap!r}")
 
 
 def load(path: str | None = None, env: Mapping[str, str] | None = None, *, digest: str | None = None) -> Config:
@@ -286,8 +285,9 @@ def _copy(value):
 
 def _merge(base: dict[str, object], over: Mapping[str, object]) -> dict[str, object]:
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
+        table = base.get(key)
+        if isinstance(value, dict) and isinstance(table, dict):
+            _merge(table, value)
         else:
             base[key] = value
     return base

@@ -26,7 +26,22 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Generic, Mapping, TypeVar, overload
+
+    _T = TypeVar("_T")
+
+    class _Typed(Generic[_T]):
+        __slots__ = ()
+else:
+    _T = None
+
+    class _Typed:
+        """``Key[str]`` at run time: the class itself (the type is for type checkers)."""
+
+        __slots__ = ()
+
+        def __class_getitem__(cls, item):
+            return cls
 
 #: A key with no built-in value: left out of :func:`defaults`.
 ABSENT = None
@@ -34,8 +49,12 @@ ABSENT = None
 ALL_CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
 
 
-class Key:
-    """One dotted key; as a class attribute of a :class:`Settings`, its accessor."""
+class Key(_Typed[_T]):
+    """One dotted key; as a class attribute of :class:`Settings`, its accessor.
+
+    On a Config it reads the key's value (file over defaults; None where neither
+    sets it); on the class it is the row itself (``Config.cli_root.name``, for messages).
+    """
 
     __slots__ = ("name", "default", "example", "attr")
 
@@ -45,19 +64,26 @@ class Key:
     def __set_name__(self, owner: type, attr: str) -> None:
         self.attr = attr
 
-    def __get__(self, config, owner=None):
-        if config is None:
-            return self  # Config.cli_root.name: the key's name, for messages
-        return config.get(self.name)
+    if TYPE_CHECKING:
+        @overload
+        def __get__(self, config: None, owner: Any = None) -> Key[_T]: ...
+        @overload
+        def __get__(self, config: object, owner: Any = None) -> _T: ...
+        def __get__(self, config: Any, owner: Any = None) -> Any: ...
+    else:
+        def __get__(self, config, owner=None):
+            if config is None:
+                return self
+            return config.get(self.name)
 
-    def __set__(self, config, value) -> None:
+    def __set__(self, config: object, value: object) -> None:
         raise AttributeError(f"{self.name}: set in the config's data, not on the Config")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
 
-class Feature(Key):
+class Feature(Key[bool]):
     """A ``[features]`` flag: reads as a bool, off unless set. ``settable``: the reference's current flags."""
 
     __slots__ = ("settable",)
@@ -66,20 +92,11 @@ class Feature(Key):
         super().__init__("features." + name)
         self.settable = settable
 
-    def __get__(self, config, owner=None):
-        if config is None:
-            return self
-        return config.feature(self.name[len("features."):])
-
-
-def key(name: str, default: object = ABSENT, example: object = ABSENT) -> Any:
-    """A row of the table (typed as its accessor's value for type checkers)."""
-    return Key(name, default, example)
-
-
-def feature(name: str, settable: bool = True) -> Any:
-    """A ``[features]`` row; ``settable=False``: a flag only older reference releases knew."""
-    return Feature(name, settable)
+    if not TYPE_CHECKING:
+        def __get__(self, config, owner=None):
+            if config is None:
+                return self
+            return config.feature(self.name[len("features."):])
 
 
 class Settings:
@@ -87,69 +104,70 @@ class Settings:
 
     __slots__ = ()
 
-    accept_volume_mounts: bool = key("accept-nvidia-visible-devices-as-volume-mounts", False, example=False)
-    accept_envvar_unprivileged: bool = key("accept-nvidia-visible-devices-envvar-when-unprivileged", True,
-                                           example=True)
-    alpha_merge_visible_devices_envvars: bool | None = key("alpha-merge-visible-devices-envvars")  # an old template's
-    disable_require: bool = key("disable-require", False)
-    look_for_volume_mounts_under: str | None = key("look-for-nvidia-visible-devices-as-volume-mounts-under")  # an old template's
-    supported_driver_capabilities: str = key("supported-driver-capabilities", ",".join(ALL_CAPABILITIES))
-    swarm_resource: str = key("swarm-resource", "", example="DOCKER_RESOURCE_GPU")
+    accept_volume_mounts: Key[bool] = Key("accept-nvidia-visible-devices-as-volume-mounts", False, example=False)
+    accept_envvar_unprivileged: Key[bool] = Key("accept-nvidia-visible-devices-envvar-when-unprivileged", True,
+                                                example=True)
+    # Two keys only an old template carried:
+    alpha_merge_visible_devices_envvars: Key[bool | None] = Key("alpha-merge-visible-devices-envvars")
+    disable_require: Key[bool] = Key("disable-require", False)
+    look_for_volume_mounts_under: Key[str | None] = Key("look-for-nvidia-visible-devices-as-volume-mounts-under")
+    supported_driver_capabilities: Key[str] = Key("supported-driver-capabilities", ",".join(ALL_CAPABILITIES))
+    swarm_resource: Key[str] = Key("swarm-resource", "", example="DOCKER_RESOURCE_GPU")
 
-    cli_root: str = key("nvidia-container-cli.root", "", example="/run/nvidia/driver")
-    cli_path: str = key("nvidia-container-cli.path", "", example="/usr/bin/nvidia-container-cli")
-    cli_environment: list = key("nvidia-container-cli.environment", [])
-    cli_debug: str = key("nvidia-container-cli.debug", "", example="/var/log/nvidia-container-toolkit.log")
-    cli_ldcache: str = key("nvidia-container-cli.ldcache", "", example="/etc/ld.so.cache")
-    cli_load_kmods: bool = key("nvidia-container-cli.load-kmods", True)
-    cli_no_pivot: bool | None = key("nvidia-container-cli.no-pivot")
-    cli_no_cgroups: bool = key("nvidia-container-cli.no-cgroups", False, example=False)
-    cli_user: str = key("nvidia-container-cli.user", "", example="root:video")
-    cli_ldconfig: str = key("nvidia-container-cli.ldconfig", "@/sbin/ldconfig")
+    cli_root: Key[str] = Key("nvidia-container-cli.root", "", example="/run/nvidia/driver")
+    cli_path: Key[str] = Key("nvidia-container-cli.path", "", example="/usr/bin/nvidia-container-cli")
+    cli_environment: Key[list] = Key("nvidia-container-cli.environment", [])
+    cli_debug: Key[str] = Key("nvidia-container-cli.debug", "", example="/var/log/nvidia-container-toolkit.log")
+    cli_ldcache: Key[str] = Key("nvidia-container-cli.ldcache", "", example="/etc/ld.so.cache")
+    cli_load_kmods: Key[bool] = Key("nvidia-container-cli.load-kmods", True)
+    cli_no_pivot: Key[bool | None] = Key("nvidia-container-cli.no-pivot")
+    cli_no_cgroups: Key[bool] = Key("nvidia-container-cli.no-cgroups", False, example=False)
+    cli_user: Key[str] = Key("nvidia-container-cli.user", "", example="root:video")
+    cli_ldconfig: Key[str] = Key("nvidia-container-cli.ldconfig", "@/sbin/ldconfig")
 
-    runtime_debug: str = key("nvidia-container-runtime.debug", "/dev/null",
-                             example="/var/log/nvidia-container-runtime.log")
-    runtime_log_level: str = key("nvidia-container-runtime.log-level", "info")
-    runtimes: list = key("nvidia-container-runtime.runtimes", ["runc", "crun"])
-    mode: str = key("nvidia-container-runtime.mode", "auto")
-    runtime_experimental: bool | None = key("nvidia-container-runtime.experimental")
-    runtime_discover_mode: str | None = key("nvidia-container-runtime.discover-mode")
-    runtime_mknod_only: bool | None = key("nvidia-container-runtime.mknod-only")
-    csv_mount_spec_path: str = key("nvidia-container-runtime.modes.csv.mount-spec-path",
-                                   "/etc/nvidia-container-runtime/host-files-for-container.d")
-    csv_compat_container_root: str | None = key("nvidia-container-runtime.modes.csv.compat-container-root")
-    cdi_spec_dirs: list = key("nvidia-container-runtime.modes.cdi.spec-dirs", ["/etc/cdi", "/var/run/cdi"])
-    cdi_default_kind: str = key("nvidia-container-runtime.modes.cdi.default-kind", "nvidia.com/gpu")
-    cdi_annotation_prefixes: list = key("nvidia-container-runtime.modes.cdi.annotation-prefixes", ["cdi.k8s.io/"])
-    jit_cdi_feature_flags: list | None = key("nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags")
-    jit_cdi_disable_hooks: list | None = key("nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks")
-    jit_cdi_load_kernel_modules: list | None = key("nvidia-container-runtime.modes.jit-cdi.load-kernel-modules")
-    legacy_cuda_compat_mode: str = key("nvidia-container-runtime.modes.legacy.cuda-compat-mode", "ldconfig")
+    runtime_debug: Key[str] = Key("nvidia-container-runtime.debug", "/dev/null",
+                                  example="/var/log/nvidia-container-runtime.log")
+    runtime_log_level: Key[str] = Key("nvidia-container-runtime.log-level", "info")
+    runtimes: Key[list] = Key("nvidia-container-runtime.runtimes", ["runc", "crun"])
+    mode: Key[str] = Key("nvidia-container-runtime.mode", "auto")
+    runtime_experimental: Key[bool | None] = Key("nvidia-container-runtime.experimental")
+    runtime_discover_mode: Key[str | None] = Key("nvidia-container-runtime.discover-mode")
+    runtime_mknod_only: Key[bool | None] = Key("nvidia-container-runtime.mknod-only")
+    csv_mount_spec_path: Key[str] = Key("nvidia-container-runtime.modes.csv.mount-spec-path",
+                                        "/etc/nvidia-container-runtime/host-files-for-container.d")
+    csv_compat_container_root: Key[str | None] = Key("nvidia-container-runtime.modes.csv.compat-container-root")
+    cdi_spec_dirs: Key[list] = Key("nvidia-container-runtime.modes.cdi.spec-dirs", ["/etc/cdi", "/var/run/cdi"])
+    cdi_default_kind: Key[str] = Key("nvidia-container-runtime.modes.cdi.default-kind", "nvidia.com/gpu")
+    cdi_annotation_prefixes: Key[list] = Key("nvidia-container-runtime.modes.cdi.annotation-prefixes", ["cdi.k8s.io/"])
+    jit_cdi_feature_flags: Key[list | None] = Key("nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags")
+    jit_cdi_disable_hooks: Key[list | None] = Key("nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks")
+    jit_cdi_load_kernel_modules: Key[list | None] = Key("nvidia-container-runtime.modes.jit-cdi.load-kernel-modules")
+    legacy_cuda_compat_mode: Key[str] = Key("nvidia-container-runtime.modes.legacy.cuda-compat-mode", "ldconfig")
 
-    hook_path: str = key("nvidia-container-runtime-hook.path", "nvidia-container-runtime-hook")
-    hook_skip_mode_detection: bool = key("nvidia-container-runtime-hook.skip-mode-detection", False)
+    hook_path: Key[str] = Key("nvidia-container-runtime-hook.path", "nvidia-container-runtime-hook")
+    hook_skip_mode_detection: Key[bool] = Key("nvidia-container-runtime-hook.skip-mode-detection", False)
 
-    ctk_path: str = key("nvidia-ctk.path", "nvidia-ctk")
+    ctk_path: Key[str] = Key("nvidia-ctk.path", "nvidia-ctk")
 
-    allow_cuda_compat_libs_from_container: bool = feature("allow-cuda-compat-libs-from-container")
-    allow_ldconfig_from_container: bool = feature("allow-ldconfig-from-container")
-    allow_unknown_oci_spec_fields: bool = feature("allow-unknown-oci-spec-fields")
-    disable_cuda_compat_lib_hook: bool = feature("disable-cuda-compat-lib-hook")
-    disable_imex_channel_creation: bool = feature("disable-imex-channel-creation")
-    ignore_imex_channel_requests: bool = feature("ignore-imex-channel-requests")
-    no_additional_gids_for_device_nodes: bool = feature("no-additional-gids-for-device-nodes")
-    feature_gds: bool = feature("gds", settable=False)
-    feature_mofed: bool = feature("mofed", settable=False)
-    feature_nvswitch: bool = feature("nvswitch", settable=False)
-    feature_gdrcopy: bool = feature("gdrcopy", settable=False)
-    include_persistenced_socket: bool = feature("include-persistenced-socket", settable=False)
-    include_gsp_firmware: bool = feature("include-gsp-firmware", settable=False)
-    require_nvidia_kernel_module: bool = feature("require-nvidia-kernel-module", settable=False)
+    allow_cuda_compat_libs_from_container: Feature = Feature("allow-cuda-compat-libs-from-container")
+    allow_ldconfig_from_container: Feature = Feature("allow-ldconfig-from-container")
+    allow_unknown_oci_spec_fields: Feature = Feature("allow-unknown-oci-spec-fields")
+    disable_cuda_compat_lib_hook: Feature = Feature("disable-cuda-compat-lib-hook")
+    disable_imex_channel_creation: Feature = Feature("disable-imex-channel-creation")
+    ignore_imex_channel_requests: Feature = Feature("ignore-imex-channel-requests")
+    no_additional_gids_for_device_nodes: Feature = Feature("no-additional-gids-for-device-nodes")
+    feature_gds: Feature = Feature("gds", settable=False)
+    feature_mofed: Feature = Feature("mofed", settable=False)
+    feature_nvswitch: Feature = Feature("nvswitch", settable=False)
+    feature_gdrcopy: Feature = Feature("gdrcopy", settable=False)
+    include_persistenced_socket: Feature = Feature("include-persistenced-socket", settable=False)
+    include_gsp_firmware: Feature = Feature("include-gsp-firmware", settable=False)
+    require_nvidia_kernel_module: Feature = Feature("require-nvidia-kernel-module", settable=False)
 
-    nvct_dev_root: str = key("nvct.dev-root", "", example="/")
-    nvct_proc_root: str = key("nvct.proc-root", "", example="/proc")
-    nvct_path: str = key("nvct.path", "", example="/usr/bin/nvct")
-    sandbox: str | None = key("nvct.sandbox")
+    nvct_dev_root: Key[str] = Key("nvct.dev-root", "", example="/")
+    nvct_proc_root: Key[str] = Key("nvct.proc-root", "", example="/proc")
+    nvct_path: Key[str] = Key("nvct.path", "", example="/usr/bin/nvct")
+    sandbox: Key[str | None] = Key("nvct.sandbox")
 
 
 #: Every row, in table order.
@@ -196,7 +214,7 @@ def _known() -> dict:
 _KNOWN = _known()
 
 
-def unknown(data: dict) -> list[str]:
+def unknown(data: Mapping[str, object]) -> list[str]:
     """The dotted keys of ``data`` (a parsed config.toml) that no release gives a meaning, in file order."""
     out: list[str] = []
     _walk(data, _KNOWN, "", out)
@@ -210,7 +228,7 @@ def warning(path: str | None, keys: list[str]) -> str:
             f"(a typo? 'nvct config default' lists every key)")
 
 
-def _walk(table: dict, known: dict, prefix: str, out: list[str]) -> None:
+def _walk(table: Mapping[str, object], known: dict, prefix: str, out: list[str]) -> None:
     for name, value in table.items():
         if name not in known:
             out.append(prefix + name)
