@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections import namedtuple
 
 from nvct.base.errors import DriverError
+from nvct.base.record import Record
 
 SUCCESS = 0
 ERROR_NOT_SUPPORTED = 3
@@ -30,8 +30,14 @@ _ARCHS = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "a
           8: "ada", 9: "hopper", 10: "blackwell"}
 
 
-#: One MIG device as NVML lists it (a namedtuple: dataclasses imports inspect and re, ~6 ms).
-MigInfo = namedtuple("MigInfo", "index uuid gi ci")
+class MigInfo(Record):
+    """One MIG device as NVML lists it."""
+
+    __slots__ = ("index", "uuid", "gi", "ci")
+    index: int
+    uuid: str
+    gi: int
+    ci: int
 
 
 class Nvml:

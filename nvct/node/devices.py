@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 
 from nvct.discover import procfs
 from nvct.discover.driver import CTL_MINOR, MODESET_MINOR
 from nvct.base.errors import DriverError
+from nvct.base.record import Record
 
 UVM_MINOR = 0
 UVM_TOOLS_MINOR = 1
@@ -30,23 +30,25 @@ CAP_MODES = {"config": 0o400, "monitor": 0o444}
 _NOT_LINKED = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 
 
-@dataclass(frozen=True)
-class DeviceNode:
+class DeviceNode(Record):
     """A character device node; ``path`` is as on a host (``/dev/...``), under the dev root."""
 
+    __slots__ = ("path", "major", "minor", "mode")
+    _defaults = {"mode": CONTROL_MODE}
     path: str
     major: int
     minor: int
-    mode: int = CONTROL_MODE
+    mode: int
 
 
-@dataclass(frozen=True)
-class Action:
+class Action(Record):
     """One thing done (or, in a dry run, to be done); ``problem`` actions make the command fail."""
 
+    __slots__ = ("verb", "what", "problem")
+    _defaults = {"problem": False}
     verb: str
     what: str
-    problem: bool = False
+    problem: bool
 
     def __str__(self) -> str:
         return f"{self.verb} {self.what}"
