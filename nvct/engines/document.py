@@ -34,7 +34,7 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Edit:
     """One key set or deleted: ``before``/``after`` are plain values or MISSING."""
 
@@ -457,7 +457,7 @@ def _parses_to(text: str, want: dict) -> bool:
     return same(got, want)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Style:
     """How this file lays tables out: indent step, and blank lines between tables."""
 

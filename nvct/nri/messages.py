@@ -27,7 +27,7 @@ def register_plugin_request(name: str, index: str) -> bytes:
     return wire.string(1, name) + wire.string(2, index)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Configure:
     """ConfigureRequest{config = 1, runtime_name = 2, runtime_version = 3}."""
 
@@ -55,7 +55,7 @@ def synchronize_response(more: bool) -> bytes:
     return wire.uint(2, int(more))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pod:
     """PodSandbox{id = 1, name = 2, uid = 3, namespace = 4, annotations = 6}."""
 
@@ -69,7 +69,7 @@ class Pod:
         return cls(wire.get_str(f, 1), wire.get_str(f, 2), wire.get_str(f, 4), wire.get_map(f, 6))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Container:
     """Container{id = 1, pod_sandbox_id = 2, name = 3}."""
 

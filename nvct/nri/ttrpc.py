@@ -48,7 +48,7 @@ def message(stream_id: int, msg_type: int, payload: bytes, flags: int = 0) -> by
     return HEADER.pack(len(payload), stream_id, msg_type, flags) + payload
 
 
-@dataclass
+@dataclass(frozen=True)
 class Message:
     stream_id: int
     type: int
@@ -91,7 +91,7 @@ def _messages(stream: bytearray) -> Iterator[Message]:
         yield Message(stream_id, msg_type, flags, payload)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Request:
     service: str
     method: str
@@ -111,7 +111,7 @@ class Request:
                    wire.get_int(f, 4))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Response:
     code: int = OK
     message: str = ""
