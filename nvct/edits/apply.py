@@ -78,9 +78,16 @@ def _add_device(spec: dict[str, Any], node: DeviceNode) -> None:
     devices = [d for d in linux.get("devices") or [] if d.get("path") != node.path]
     devices.append(entry)
     linux["devices"] = devices
+    allow_device(spec, node)
+
+
+def allow_device(spec: dict[str, Any], node: DeviceNode) -> None:
+    """``node``'s allow rule in ``linux.resources.devices`` (legacy mode: the hook makes the node)."""
     if node.type not in ("b", "c"):
         return  # as CDI: cgroup rules for block and char devices only
-    rules = linux.setdefault("resources", {}).setdefault("devices", [])
+    linux = spec["linux"] = spec.get("linux") or {}  # null is JSON's "none" too
+    resources = linux["resources"] = linux.get("resources") or {}
+    rules = resources["devices"] = resources.get("devices") or []
     rule = {"allow": True, "type": node.type, "major": node.major, "minor": node.minor,
             "access": _access(node.permissions)}
     if rule not in rules:

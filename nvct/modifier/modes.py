@@ -80,7 +80,7 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
 
     logger.debug("request %r; mode %s: %s", request, mode, why)
     if mode == "legacy":
-        return _legacy(spec, config, why, request, log_format)
+        return _legacy(spec, config, why, request, log_format, driver)
     if mode == "csv":
         return _csv(spec, request, config, why, driver, bundle, runtime, prepare)
     if mode == "cdi":
@@ -220,13 +220,37 @@ def _apply(spec: dict[str, Any], edits: ContainerEdits) -> None:
 
 
 def _legacy(spec: dict[str, Any], config, why: str, request: Request,
-            log_format: str | None = None) -> Modification:
+            log_format: str | None = None, driver=None) -> Modification:
     devices = request.devices or ()  # what the hook will inject: for the log line
+    rules = legacy_device_rules(request, config, driver)
+    for node in rules.device_nodes:
+        apply.allow_device(spec, node)
     if ocispec.has_nvidia_hook(spec):
-        return Modification("legacy", why + "; an NVIDIA prestart hook is already present", devices=devices)
+        return Modification("legacy", why + "; an NVIDIA prestart hook is already present", rules, devices)
     hook = legacy_hook(config, log_format)
     apply.add_hook(spec, hook)
-    return Modification("legacy", why, ContainerEdits(hooks=[hook]), devices)
+    rules.hooks.append(hook)
+    return Modification("legacy", why, rules, devices)
+
+
+def legacy_device_rules(request: Request, config, driver=None) -> ContainerEdits:
+    """The device nodes legacy's hook will make, for the spec's ``linux.resources.devices``.
+
+    The hook grants them in the container's cgroup behind the runtime's back;
+    systemd (the runtime's systemd cgroup driver) applies the cgroup again from
+    the spec's rules alone on ``systemctl daemon-reload``, which took the GPU
+    away (docs/cgroups.md). As allow rules in the spec they stay. None with
+    ``nvidia-container-cli.no-cgroups`` (the cgroup is not nvct's to touch):
+    only then may the shim's sh front append the hook itself (:func:`legacy_record`).
+    """
+    if config.cli_no_cgroups:
+        return ContainerEdits()
+    from nvct.edits import build as injection
+    from nvct.discover.driver import Driver
+
+    driver = driver or Driver.from_config(config)
+    nodes = injection.container_edits(request, driver, config).device_nodes
+    return ContainerEdits(device_nodes=[n for n in nodes if n.type in ("b", "c")])
 
 
 def legacy_hook(config, log_format: str | None = None, path: str | None = None) -> Hook:
@@ -251,12 +275,14 @@ def legacy_record(config, program: str) -> str | None:
     The JSON of the hook without ``--log-format``'s env entry and the ``]}``
     that close its env and the hook: the front adds both (nvct.oci.runtime
     keeps it in a file the runtime's line names). ``None`` where a GPU create must go
-    through Python: another mode, a log file that gets a line per start, a
-    hook found on a PATH the next caller may not share, text the front
-    cannot paste as it is.
+    through Python: another mode, device rules to write (every config but
+    ``no-cgroups``), a log file that gets a line per start, a hook found on a
+    PATH the next caller may not share, text the front cannot paste as it is.
     """
     if config.mode != "legacy" or config.runtime_debug not in (None, "", "/dev/null"):
         return None
+    if not config.cli_no_cgroups:
+        return None  # the request's device rules go into the spec: Python's (legacy_device_rules)
     path, on_path = _legacy_hook_path(config)
     if on_path or not os.path.isabs(program) or any(c in path for c in '"\\'):
         return None

@@ -49,14 +49,25 @@ class Front:
 
 
 def legacy_config(path: str | os.PathLike, runtime: str, *, base: str = "", extra: str = "",
-                  mode: str = "legacy") -> str:
+                  mode: str = "legacy", cgroups: bool = False) -> str:
     """A config at ``path`` (``base``: a node's config text; ``extra``: more keys of
-    ``[nvidia-container-runtime]``), old enough to be cached."""
+    ``[nvidia-container-runtime]``), old enough to be cached. Without ``cgroups``, it sets
+    ``nvidia-container-cli.no-cgroups``: the only legacy config whose GPU creates the front takes
+    (with cgroups the shim's Python writes the request's device rules into the spec)."""
     path = os.fspath(path)
+    if not cgroups:
+        base = with_no_cgroups(base)
     with open(path, "w") as f:
         f.write(f'{base}\n[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{runtime}"]\n{extra}')
     age(path)
     return path
+
+
+def with_no_cgroups(text: str) -> str:
+    """Config ``text`` with ``nvidia-container-cli.no-cgroups = true`` (in its table, if it has one)."""
+    if "[nvidia-container-cli]\n" in text:
+        return text.replace("[nvidia-container-cli]\n", "[nvidia-container-cli]\nno-cgroups = true\n", 1)
+    return f"{text}\n[nvidia-container-cli]\nno-cgroups = true\n"
 
 
 def age(path: str, seconds: float = 60) -> None:
@@ -70,12 +81,15 @@ def prime(front: Front, config: str) -> None:
     subprocess.run([front.shim, "state", "nvct-prime"], env=shim_env(config), capture_output=True, timeout=60)
 
 
-def gpu_front(directory: str | os.PathLike, node_config: str, runtime: str) -> tuple[Front, str]:
+def gpu_front(directory: str | os.PathLike, node_config: str, runtime: str, *,
+              cgroups: bool = False) -> tuple[Front, str]:
     """A front in ``directory``/bin and a recorded legacy config there for the simulated node
-    (its config file ``node_config``) on low-level ``runtime``: GPU creates start no Python."""
+    (its config file ``node_config``) on low-level ``runtime``: GPU creates start no Python
+    (``cgroups``: the default ``no-cgroups = false``, where they do; see :func:`legacy_config`)."""
     front = Front(os.path.join(os.fspath(directory), "bin"))
     with open(node_config) as f:
-        config = legacy_config(os.path.join(os.fspath(directory), "legacy.toml"), runtime, base=f.read())
+        config = legacy_config(os.path.join(os.fspath(directory), "legacy.toml"), runtime, base=f.read(),
+                               cgroups=cgroups)
     prime(front, config)
     return front, config
 
