@@ -278,6 +278,9 @@ def main() -> None:
     parser.add_argument("--other", metavar="BINDIR", help="with --cases: each case also through another "
                         "install's programs (e.g. an older checkout's virtualenv bin), as NAME@other, "
                         "interleaved in the same run, its configs copied so their /run/nvct records stay apart")
+    parser.add_argument("--reference", metavar="BINDIR", help="with --cases: also NVIDIA's programs built by "
+                        "../shared/reference/build-reference.sh (their bin dir) on the 8-GPU node, as "
+                        "reference_* cases (see _reference_setup); not with the shim_plain case")
     opts = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench.py needs root (simulated node, containers)")
@@ -292,11 +295,13 @@ def main() -> None:
                  "64gpu": cached_node(os.path.join(work, "sim"), gpus=64, mig=False)}
         figures: dict = {"load_average_at_start": os.getloadavg()[0]}
         rootfs = make_rootfs(work)
+        if opts.reference:
+            _reference_setup(nodes["8gpu"], work, opts.reference)
         if opts.batches:
             batch_figures(figures, nodes, work, max(opts.runs // 4, 3))
         elif opts.cases:
             _container_figures(figures, nodes, rootfs, work, opts.runs, {}, set(opts.cases.split(",")),
-                               other=opts.other)
+                               other=opts.other, reference=opts.reference)
         else:
             _all_figures(figures, nodes, rootfs, work, opts)
         figures["load_average_at_end"] = os.getloadavg()[0]
@@ -381,7 +386,8 @@ def default_configs(work: str) -> dict[str, str]:
 
 
 def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int,
-                       toolkits: dict[str, str], only: set[str] | None = None, other: str | None = None) -> None:
+                       toolkits: dict[str, str], only: set[str] | None = None, other: str | None = None,
+                       reference: str | None = None) -> None:
     from tests.support.bundle import make_bundle
     from tests.support.rootfs import make_rootfs
 
@@ -429,6 +435,8 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
     if other:
         cases.update({f"{name}@other": _other_case(case, other, work) for name, case in cases.items()
                       if name != "runc_plain"})
+    if reference:
+        cases.update(_reference_cases(nodes["8gpu"], work, reference, env))
     medians = lifecycles_ms(cases, runs)
     plain_ms = medians["runc_plain"]
     for name, ms in medians.items():
@@ -470,6 +478,101 @@ def _copy_old(src: str, dst: str) -> str:
         then = time.time() - 60
         os.utime(dst, (then, then))
     return dst
+
+
+def _reference_config(node: dict, work: str, bindir: str, mode: str) -> str:
+    """The reference's default config.toml for ``mode`` on ``node``: its programs, the node's driver
+    root, plain runc; ``load-kmods`` off (no module to load on a simulated node); ``cuda-compat-mode``
+    empty (the hook of v1.20 passes ``--cuda-compat-mode`` to libnvidia-container, which knows it
+    from 1.18 on: 1.17.0 is the one its build script builds)."""
+    with open(REFERENCE_CONFIG) as f:
+        text = f.read()
+    for old, new in (('#root = "/run/nvidia/driver"', f'root = "{node["roots"]["driver_root"]}"'),
+                     ('#path = "/usr/bin/nvidia-container-cli"', f'path = "{bindir}/nvidia-container-cli"'),
+                     ("load-kmods = true", "load-kmods = false"), ('mode = "auto"', f'mode = "{mode}"'),
+                     ('runtimes = ["docker-runc", "runc", "crun"]', f'runtimes = ["{RUNC}"]'),
+                     ('cuda-compat-mode = "ldconfig"', 'cuda-compat-mode = ""'),
+                     ('path = "nvidia-container-runtime-hook"', f'path = "{bindir}/nvidia-container-runtime-hook"'),
+                     ('path = "nvidia-ctk"', f'path = "{bindir}/nvidia-ctk"')):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = os.path.join(work, f"reference-{mode}.toml")
+    with open(path, "w") as f:
+        f.write(text + "\n[features]\nallow-cuda-compat-libs-from-container = true\n")
+    return path
+
+
+def _reference_setup(node: dict, work: str, bindir: str) -> None:
+    """What NVIDIA's programs need to run on the simulated node, for this process and its children:
+
+    * the host's glibc in the node's root: libnvidia-container loads NVML in a chroot there;
+    * a mount namespace of our own (private), with the node's ``/proc/driver`` and ``/proc/devices``
+      where libnvidia-container reads them;
+    * the legacy-mode config at the default path, in an overlay on ``/etc``: the runtime appends its
+      hook with no environment, so the hook reads ``/etc/nvidia-container-runtime/config.toml``.
+
+    Every case of the run shares the namespace (runc's and nvct's cases included).
+    """
+    import ctypes
+
+    root = node["roots"]["driver_root"]
+    libdir = os.path.join(root, "usr/lib/x86_64-linux-gnu")
+    for lib in ("libc.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libm.so.6"):
+        shutil.copy2(os.path.join("/lib/x86_64-linux-gnu", lib), libdir)
+    os.makedirs(os.path.join(root, "lib64"), exist_ok=True)
+    shutil.copy2("/lib64/ld-linux-x86-64.so.2", os.path.join(root, "lib64"))
+    if ctypes.CDLL(None, use_errno=True).unshare(0x00020000) != 0:  # CLONE_NEWNS
+        raise SystemExit(f"--reference: unshare: {os.strerror(ctypes.get_errno())}")
+    upper, scratch = _mkdir(os.path.join(work, "etc-upper")), _mkdir(os.path.join(work, "etc-work"))
+    os.makedirs(os.path.join(upper, "nvidia-container-runtime"))
+    shutil.copyfile(_reference_config(node, work, bindir, "legacy"),
+                    os.path.join(upper, "nvidia-container-runtime", "config.toml"))
+    proc = node["roots"]["proc_root"]
+    for argv in (["mount", "--make-rprivate", "/"], ["mount", "--bind", os.path.join(proc, "driver"), "/proc/driver"],
+                 ["mount", "--bind", os.path.join(proc, "devices"), "/proc/devices"],
+                 ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir=/etc,upperdir={upper},workdir={scratch}",
+                  "/etc"]):
+        subprocess.run(argv, check=True)
+
+
+def _proc_hook(node: dict, rootfs: str, work: str) -> dict:
+    """A prestart hook entry that binds the node's ``/proc/driver`` into the container's procfs, where
+    libnvidia-container hides and re-exposes ``/proc/driver/nvidia`` (this kernel has no NVIDIA
+    module; runc refuses a spec mount under /proc). Its cost is measured alone (``runc_prochook``)."""
+    proc = node["roots"]["proc_root"]
+    path = os.path.join(work, f"prochook-{os.path.basename(rootfs)}.sh")
+    with open(path, "w") as f:
+        f.write('#!/bin/sh\nstate=$(cat)\npid=${state#*\\"pid\\":}\npid=${pid%%[,\\}]*}\n'
+                f'exec nsenter -t "$pid" -m mount --bind {proc}/driver {rootfs}/proc/driver\n')
+    os.chmod(path, 0o755)
+    return {"path": path, "args": ["prochook"]}
+
+
+def _reference_cases(node: dict, work: str, bindir: str, env: dict) -> dict[str, Case]:
+    """NVIDIA's programs on the 8-GPU node: legacy mode through its runtime, its hook as ``docker
+    --gpus`` runs it, and a container without a GPU under its default config (legacy mode: its
+    runtime is in Go, so the mode does not change a no-GPU start); and ``runc_prochook``, plain runc
+    with only the /proc/driver hook the GPU cases carry, their baseline."""
+    from tests.support.bundle import make_bundle
+    from tests.support.rootfs import make_rootfs
+
+    legacy = _reference_config(node, work, bindir, "legacy")
+    cases = {}
+    for name, argv, gpu, hook in (("runc_prochook", [RUNC], True, None),
+                                  ("reference_legacy_8gpu", [f"{bindir}/nvidia-container-runtime"], True, None),
+                                  ("reference_gpus-hook_8gpu", [RUNC], True,
+                                   {"path": f"{bindir}/nvidia-container-runtime-hook",
+                                    "args": ["nvidia-container-runtime-hook", "prestart"],
+                                    "env": [f"NVIDIA_CTK_CONFIG_FILE_PATH={legacy}", "PATH=/usr/bin:/bin"]}),
+                                  ("reference_plain_reference_config", [f"{bindir}/nvidia-container-runtime"],
+                                   False, None)):
+        rootfs = make_rootfs(work, name=f"rootfs-{name}")
+        hooks = [_proc_hook(node, rootfs, work)] if gpu else []
+        bundle = make_bundle(os.path.join(work, name), rootfs, ["true"],
+                             env=["NVIDIA_VISIBLE_DEVICES=all"] if gpu else [],
+                             hooks={"prestart": hooks + ([hook] if hook else [])} if hooks else None)
+        cases[name] = Case(argv, bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=legacy))
+    return cases
 
 
 #: Concurrent batch sizes (issue 28): as many lifecycles at once as an engine starts after a reboot.
