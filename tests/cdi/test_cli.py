@@ -7,7 +7,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -16,10 +15,6 @@ import yaml
 from nvct.cdi import spec
 
 from .conftest import minimal_spec, write_spec
-
-#: nvct cdi generate for 8 GPUs with 56 MIG devices, as a new process, on the simulated node.
-GENERATE_BUDGET_S = 0.3
-
 
 def _nvct(entry_points, *args, config=None, stdin=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}
@@ -87,19 +82,6 @@ def test_generate_errors_are_one_line(entry_points, node):
     assert proc.returncode == 1
     assert proc.stderr.startswith("nvct: --device-id: unknown device '99'")
     assert proc.stderr.count("\n") == 1
-
-
-def test_generate_for_8_gpus_with_mig_is_fast(entry_points, mig_node, tmp_path):
-    out = str(tmp_path / "nvidia.yaml")
-    timings = []
-    for _ in range(5):
-        start = time.monotonic()
-        proc = _nvct(entry_points, "cdi", "generate", "--output", out, "--hook-path", "/usr/bin/nvct",
-                     config=mig_node["config"])
-        timings.append(time.monotonic() - start)
-        assert proc.returncode == 0, proc.stderr
-    assert len(spec.read(out).devices) == 2 * (8 + 56) + 1
-    assert min(timings) < GENERATE_BUDGET_S, f"nvct cdi generate took {min(timings) * 1000:.0f} ms"
 
 
 @pytest.mark.parametrize("args", [

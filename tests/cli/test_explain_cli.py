@@ -13,7 +13,6 @@ import difflib
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -127,17 +126,6 @@ def test_explain_needs_a_bundle_or_env(node, bins):
     missing = _explain(bins, node.config, "--bundle", "/nonexistent/bundle")
     assert missing.returncode == 1
     assert missing.stderr == "nvct: /nonexistent/bundle/config.json: OCI spec not found\n"
-
-
-def test_explain_runs_in_under_a_second(node, bins):
-    """A fresh process each time, as an operator runs it; the best of three."""
-    times = []
-    for _ in range(3):
-        start = time.monotonic()
-        shown = _explain(bins, node.config, "-e", "NVIDIA_VISIBLE_DEVICES=all", "--json", "--diff")
-        times.append(time.monotonic() - start)
-        assert shown.returncode == 0, shown.stderr
-    assert min(times) < 1.0, times
 
 
 @pytest.fixture(scope="module")

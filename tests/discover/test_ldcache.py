@@ -6,7 +6,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -192,16 +191,17 @@ def test_string_longer_than_path_max_is_unterminated():
 
 
 def test_overlapping_strings_cannot_amplify_memory():
-    # 40000 entries all naming the same 4000-byte path: 160 MB if decoded.
+    assert "overlap" in _error(overlapping_cache())  # and within 2 s: tests/perf/test_discover.py
+
+
+def overlapping_cache() -> bytes:
+    """40000 entries all naming the same 4000-byte path: 160 MB if decoded."""
     long_path = "/" + "a" * 4000
     count = 40000
     table = 48 + 24 * count
     header = NEW_MAGIC + struct.pack("<IIB3xI12x", count, 4002, 2, 0)
     row = struct.pack("<iIIIQ", X86_64, table, table, 0, 0)
-    data = header + row * count + long_path.encode() + b"\0"
-    start = time.perf_counter()
-    assert "overlap" in _error(data)
-    assert time.perf_counter() - start < 2
+    return header + row * count + long_path.encode() + b"\0"
 
 
 def test_load_names_the_file(tmp_path):
@@ -239,33 +239,32 @@ VALID = [new_cache(SAMPLE), old_cache(SAMPLE), old_cache(SAMPLE, embedded=new_ca
 HOSTILE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _parses_or_fails_cleanly(data):
-    start = time.perf_counter()
+def parses_or_fails_cleanly(data):
+    """Entries or a one-line CacheError (and within a second: tests/perf/test_discover.py)."""
     try:
         entries = ldcache.parse(data)
     except CacheError as e:
         assert "\n" not in str(e)
     else:
         assert all(isinstance(e.key, str) and isinstance(e.value, str) for e in entries)
-    assert time.perf_counter() - start < 1
 
 
 @HOSTILE
 @given(st.binary(max_size=2048))
 def test_random_bytes(data):
-    _parses_or_fails_cleanly(data)
+    parses_or_fails_cleanly(data)
 
 
 @HOSTILE
 @given(st.sampled_from([NEW_MAGIC, OLD_MAGIC]), st.binary(max_size=2048))
 def test_random_bytes_after_magic(magic, tail):
-    _parses_or_fails_cleanly(magic + tail)
+    parses_or_fails_cleanly(magic + tail)
 
 
 @pytest.mark.parametrize("data", VALID, ids=["new", "old", "compat"])
 def test_every_truncation(data):
     for size in range(len(data)):
-        _parses_or_fails_cleanly(data[:size])
+        parses_or_fails_cleanly(data[:size])
 
 
 @HOSTILE
@@ -275,7 +274,7 @@ def test_bit_flips(data, positions):
     for position in positions:
         bit = position % (len(data) * 8)
         flipped[bit // 8] ^= 1 << (bit % 8)
-    _parses_or_fails_cleanly(bytes(flipped))
+    parses_or_fails_cleanly(bytes(flipped))
 
 
 # --- genuine caches written by ldconfig ----------------------------------------
@@ -376,16 +375,6 @@ def test_host_cache_matches_ldconfig_print():
     assert [(e.key, e.value) for e in entries] == [
         (key, value) for key, _, value in _printed(Path("/etc/ld.so.cache"))
     ]
-
-
-def test_thousand_entries_parse_quickly():
-    entries = [(X86_64, f"libx{i}.so.1", f"/usr/lib/x86_64-linux-gnu/libx{i}.so.1") for i in range(1000)]
-    data = new_cache(entries)
-    ldcache.parse(data)
-    start = time.perf_counter()
-    for _ in range(10):
-        assert len(ldcache.parse(data)) == 1000
-    assert (time.perf_counter() - start) / 10 < 0.05  # ~1 ms here; generous for slow CI
 
 
 # --- adding entries (the hook's cache patch) ------------------------------------

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -310,15 +308,6 @@ def test_explain_gives_each_condition_verdict():
     assert explain({"NVIDIA_DISABLE_REQUIRE": "1", "NVIDIA_REQUIRE_CUDA": "x"}, facts()) == []
 
 
-def test_check_is_fast():
-    env = {"NVIDIA_REQUIRE_CUDA": CUDA_12_4, "CUDA_VERSION": "12.4.1", "PATH": "/bin"}
-    two = facts(cuda="12.2", driver="535.104.05", devices=[("9.0", "tesla"), ("9.0", "tesla")])
-    start = time.perf_counter()
-    for _ in range(100):
-        check(env, two)
-    assert (time.perf_counter() - start) / 100 < 0.01
-
-
 # --- properties ----------------------------------------------------------------------
 
 _ALPHABET = st.sampled_from(list("cudarivebn<>=!., 0123456789\t\n\x00éTESLA") + ["cuda", "brand", "driver", "arch"])
@@ -348,14 +337,16 @@ _FACTS = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_ALPHABET, max_size=300).map("".join), _FACTS)
 def test_arbitrary_text_only_raises_requirement_error(text, driver_facts):
-    start = time.perf_counter()
+    parse_or_refuse(text, driver_facts)  # and within a second: tests/perf/test_request.py
+
+
+def parse_or_refuse(text, driver_facts):
     try:
         requirement = parse(text, name="NVIDIA_REQUIRE_FUZZ")
     except RequirementError as e:
         assert str(e).startswith("NVIDIA_REQUIRE_FUZZ: ") and "\n" not in str(e)
     else:
         requirement.failures(driver_facts)
-    assert time.perf_counter() - start < 1
 
 
 @settings(max_examples=300, deadline=None)

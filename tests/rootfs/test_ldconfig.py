@@ -6,7 +6,6 @@ import errno
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -219,10 +218,8 @@ def test_ldconfig_runs_confined(image, built, monkeypatch):
 
 @needs_root
 def test_a_hanging_ldconfig_is_killed(image, built):
-    start = time.monotonic()
-    with pytest.raises(ContainerError, match="killed after 0.5s"):
+    with pytest.raises(ContainerError, match="killed after 0.5s"):  # within seconds: tests/perf/test_rootfs.py
         update_ldcache(str(image), [], ldconfig=f"@{built['sleeper']}", timeout=0.5)
-    assert time.monotonic() - start < 5
 
 
 @needs_root
@@ -394,17 +391,23 @@ def test_conf_check_follows_includes_like_ldconfig(tmp_path):
         ldconfig.check_conf(root)
 
 
-@pytest.mark.parametrize("files, line", [
+#: Confs that would hang ldconfig, and the line that refuses each.
+HANGING_CONFS = [
     ({"/etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n", "/etc/ld.so.conf.d/fifo.conf": None},
      "not a regular file"),
     ({"/etc/ld.so.conf": None}, "not a regular file"),
     ({"/etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n",
       "/etc/ld.so.conf.d/loop.conf": "include /etc/ld.so.conf\n"}, "includes itself"),
     ({"/etc/ld.so.conf": "include\t/etc/ld.so.conf\n"}, "includes itself"),
-])
+]
+
+
+@pytest.mark.parametrize("files, line", HANGING_CONFS)
 def test_conf_check_refuses_what_would_hang_ldconfig(tmp_path, files, line):
-    start = time.monotonic()
+    refuse_conf(tmp_path, files, line)  # and within a second: tests/perf/test_rootfs.py
+
+
+def refuse_conf(tmp_path, files: dict, line: str) -> None:
     with _conf_root(tmp_path, files) as root:
         with pytest.raises(ContainerError, match=line):
             ldconfig.check_conf(root)
-    assert time.monotonic() - start < 1

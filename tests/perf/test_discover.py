@@ -1,0 +1,68 @@
+"""Wall-clock bounds of the discover layer: the ld cache reader on big and hostile input."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nvct.base.errors import CacheError
+from nvct.discover import ldcache
+from tests.discover.test_ldcache import NEW_MAGIC, OLD_MAGIC, VALID, X86_64, new_cache, overlapping_cache, \
+    parses_or_fails_cleanly
+
+HOSTILE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _within_a_second(data: bytes) -> None:
+    start = time.perf_counter()
+    parses_or_fails_cleanly(data)
+    assert time.perf_counter() - start < 1
+
+
+def test_overlapping_strings_are_refused_quickly():
+    data = overlapping_cache()
+    start = time.perf_counter()
+    with pytest.raises(CacheError, match="overlap"):
+        ldcache.parse(data)
+    assert time.perf_counter() - start < 2
+
+
+@HOSTILE
+@given(st.binary(max_size=2048))
+def test_random_bytes(data):
+    _within_a_second(data)
+
+
+@HOSTILE
+@given(st.sampled_from([NEW_MAGIC, OLD_MAGIC]), st.binary(max_size=2048))
+def test_random_bytes_after_magic(magic, tail):
+    _within_a_second(magic + tail)
+
+
+@pytest.mark.parametrize("data", VALID, ids=["new", "old", "compat"])
+def test_every_truncation(data):
+    for size in range(len(data)):
+        _within_a_second(data[:size])
+
+
+@HOSTILE
+@given(st.sampled_from(VALID), st.lists(st.integers(min_value=0), min_size=1, max_size=8))
+def test_bit_flips(data, positions):
+    flipped = bytearray(data)
+    for position in positions:
+        bit = position % (len(data) * 8)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+    _within_a_second(bytes(flipped))
+
+
+def test_thousand_entries_parse_quickly():
+    entries = [(X86_64, f"libx{i}.so.1", f"/usr/lib/x86_64-linux-gnu/libx{i}.so.1") for i in range(1000)]
+    data = new_cache(entries)
+    ldcache.parse(data)
+    start = time.perf_counter()
+    for _ in range(10):
+        assert len(ldcache.parse(data)) == 1000
+    assert (time.perf_counter() - start) / 10 < 0.05  # ~1 ms here; generous for slow CI
