@@ -127,21 +127,19 @@ class Generation:
         ``gids=False``: never (specs written to disk: additional gids need CDI
         0.7.0, which podman 4.3 cannot read; docs/cdi.md, "Differences from the reference").
         """
-        from nvct.edits import build as injection
-        from nvct.hooks.steps import _split as split_steps
+        from nvct.edits.model import as_chain
 
         hooks = []
         for hook in edits.hooks:
-            steps = injection.chain_steps(hook.args)
-            if steps is None:
+            chain = as_chain(hook)
+            if chain is None:
                 if not self.all_hooks_off:
                     hooks.append(hook)
                 continue
-            kept = [s for s in split_steps(steps)
-                    if (s[0] in keep and not self.all_hooks_off) or (s[0] not in keep and self.hook_enabled(s[0]))]
+            kept = tuple(s for s in chain.steps if (s.name in keep and not self.all_hooks_off)
+                         or (s.name not in keep and self.hook_enabled(s.name)))
             if kept:
-                prefix = list(hook.args[:len(hook.args) - len(steps)])
-                hooks.append(hook.replace(args=tuple(prefix + injection.join_steps(kept))))
+                hooks.append(chain.replace(steps=kept))
         edits.hooks = hooks
         if gids and NO_ADDITIONAL_GIDS not in self.features:
             for gid in device_node_gids(edits):

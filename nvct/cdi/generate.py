@@ -40,7 +40,8 @@ from nvct.cdi import spec as spec_mod
 from nvct.cdi.features import Generation
 from nvct.config.file import ALL_CAPABILITIES
 from nvct.discover.driver import Driver, Gpu, MigDevice, Node
-from nvct.edits.model import ContainerEdits, DeviceNode
+from nvct.edits import steps as kinds
+from nvct.edits.model import ContainerEdits, DeviceNode, as_chain
 from nvct.base.errors import DriverError, NvctError, RequestError
 
 TYPE_CHECKING = False  # typing costs an import
@@ -314,9 +315,7 @@ def _requirements_step(edits: ContainerEdits, driver: Driver) -> None:
     extra process, and no NVML at start (the facts are read now). Beyond the
     reference (toolkit #1470): its specs check nothing.
     """
-    from nvct.hooks.steps import REQUIREMENTS_STEP
-
-    chain = next((i for i, h in enumerate(edits.hooks) if injection.chain_steps(h.args) is not None), None)
+    chain = next((i for i, h in enumerate(edits.hooks) if as_chain(h) is not None), None)
     if chain is None:
         return
     gpus = list(driver.gpus)
@@ -327,15 +326,10 @@ def _requirements_step(edits: ContainerEdits, driver: Driver) -> None:
 
         logger.warning("check-requirements: %s; cuda, arch and brand conditions will hold", e)
         facts = requirements.driver_facts(driver, [], False, False)
-    step = [REQUIREMENTS_STEP, "--driver-version", facts.driver or ""]
-    if facts.cuda:
-        step += ["--cuda-version", facts.cuda]
-    for gpu, (arch, brand) in zip(gpus, facts.devices):
-        step += ["--gpu", f"{driver.gpu_node(gpu).path}::{arch or ''}::{brand or ''}"]
-    hook = edits.hooks[chain]
-    steps = injection.chain_steps(hook.args) or []
-    prefix = list(hook.args[:len(hook.args) - len(steps)])
-    edits.hooks[chain] = hook.replace(args=tuple(prefix + injection.join_steps([step, steps] if steps else [step])))
+    step = kinds.CheckRequirements(facts.driver or "", facts.cuda or "", tuple(
+        (driver.gpu_node(gpu).path, arch or "", brand or "") for gpu, (arch, brand) in zip(gpus, facts.devices)))
+    hook = as_chain(edits.hooks[chain])
+    edits.hooks[chain] = hook.replace(steps=(step, *hook.steps))
 
 
 def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
@@ -351,7 +345,7 @@ def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
     writable = [m for m in edits.mounts if m.writable]
     if not writable:
         return edits
-    chain = next((i for i, h in enumerate(edits.hooks) if injection.chain_steps(h.args) is not None), None)
+    chain = next((i for i, h in enumerate(edits.hooks) if as_chain(h) is not None), None)
     if chain is None:  # every hook disabled: a spec mount would be mounted before the others
         from nvct.base.log import logger
 
@@ -360,13 +354,9 @@ def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
                            "disabled", m.container_path)
         edits.mounts = [m for m in edits.mounts if not m.writable]
         return edits
-    hook = edits.hooks[chain]
-    steps = injection.chain_steps(hook.args) or []
-    prefix = list(hook.args[:len(hook.args) - len(steps)])
-    mounts = [["bind-mount", "--host-path", m.host_path, "--container-path", m.container_path,
-               "--options", ",".join(m.options)] for m in writable]
-    edits.hooks[chain] = hook.replace(
-        args=tuple(prefix + injection.join_steps(([steps] if steps else []) + mounts)))
+    hook = as_chain(edits.hooks[chain])
+    mounts = tuple(kinds.BindMount(m.host_path, m.container_path, m.options) for m in writable)
+    edits.hooks[chain] = hook.replace(steps=(*hook.steps, *mounts))
     edits.mounts = [m for m in edits.mounts if not m.writable]
     return edits
 

@@ -171,27 +171,30 @@ def _compat(result: Explanation, config, driver, bundle: str | None) -> str:
     Error 804 ("forward compatibility was attempted on non supported HW") is the
     usual report when it is used where it cannot work: this says which way and why.
     """
-    from nvct.edits import build as injection
+    from nvct.edits import steps as kinds
+    from nvct.edits.model import as_chain
     from nvct.oci import spec as ocispec
-    from nvct.hooks.steps import _Args, _split, compat_choice
+    from nvct.hooks.steps import compat_choice
     from nvct.rootfs.root import Rootfs
 
     edits = result.inside if result.mode == "legacy" else _edits_of(result.before, config, driver)
-    args = None
+    compat = None
     for hook in edits.hooks if edits is not None else ():
-        chain = injection.chain_steps(list(hook.args))
-        argv = chain if chain is not None else list(hook.args[1:])  # NVIDIA's: [nvidia-ctk] [hook] <name>
-        argv = argv[2:] if argv[:1] == ["--container-root"] else argv[1:] if argv[:1] == ["hook"] else argv
-        for step in _split(argv):
-            if step[0] == "enable-cuda-compat":
-                args = step[1:]
-    if args is None:
+        chain = as_chain(hook)
+        if chain is None:  # NVIDIA's: [nvidia-ctk] [hook] <name> flags...
+            argv = list(hook.args[1:])
+            argv = argv[1:] if argv[:1] == ["hook"] else argv
+            found = kinds.parse(argv)
+        else:
+            found = chain.steps
+        compat = next((s for s in found if isinstance(s, kinds.EnableCudaCompat)), compat)
+    if compat is None:
         return ""
     if not bundle:
         return "not decided: no bundle, so no image to look into (nvct explain --bundle)"
     try:
         with Rootfs(ocispec.rootfs(result.before, bundle), owners=ocispec.root_owners(result.before)) as root:
-            folder, why = compat_choice(root, _Args("enable-cuda-compat", args))
+            folder, why = compat_choice(root, compat)
     except NvctError as e:
         return f"not decided: {e}"
     return f"{'used' if folder else 'not used'}: {why}"
@@ -263,8 +266,6 @@ def _drop_legacy_hooks(spec: dict) -> list[str]:
 
 def _jit_marks(spec: dict, bundle: str | None, notes: list[str]) -> bool:
     """Take out the params-mask hook jit-cdi and cdi mode add; whether anything of theirs was found."""
-    from nvct.modifier import prepare
-
     found = False
     hooks = spec.get("hooks") or {}
     for stage, entries in list(hooks.items()):
@@ -273,20 +274,22 @@ def _jit_marks(spec: dict, bundle: str | None, notes: list[str]) -> bool:
             hooks[stage] = kept
             found = True
             notes.append(f"the {stage} hook that masks the driver params (nvct.modifier.prepare), taken out")
-    if bundle and os.path.exists(os.path.join(bundle, prepare.PARAMS_FILE)):
-        found = True
-        notes.append(f"{prepare.PARAMS_FILE} in the bundle: the params the container's /proc/driver/nvidia/params "
-                     "shows, written by the shim")
     linux = spec.get("linux") or {}
     found = found or any(str(d.get("path", "")).startswith("/dev/nvidia") for d in linux.get("devices") or ())
     return found
 
 
 def _is_mask_hook(hook: dict) -> bool:
-    from nvct.modifier import prepare
+    """The chain the shim leaves when it did the rest (nvct.modifier.prepare): the params mask alone."""
+    from nvct.edits.model import Hook, as_chain
+    from nvct.edits.steps import MaskParams
 
     args = hook.get("args") or []
-    return len(args) >= 4 and args[:3] == ["sh", "-c", prepare.MASK_SCRIPT] and args[3] == "nvct-mask-params"
+    if not all(isinstance(a, str) for a in args):
+        return False
+    chain = as_chain(Hook("createContainer", str(hook.get("path") or ""), tuple(args)))
+    return (chain is not None and chain.root is not None and len(chain.steps) == 1
+            and isinstance(chain.steps[0], MaskParams))
 
 
 def _candidates(driver, devices: set, cdi_first: bool) -> list:

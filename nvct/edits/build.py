@@ -15,7 +15,9 @@ import sys
 
 from nvct.edits.devices import Selection, select
 from nvct.discover.driver import VDPAU_DIRS, Driver, Gpu, Library, MigDevice, Node, library_sets
-from nvct.edits.model import ContainerEdits, DeviceNode, Hook, Mount
+from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Hook, Mount
+from nvct.edits import steps as chain
+from nvct.edits.steps import chain_prefix, chain_steps
 from nvct.base.errors import NvctError, RequestError
 from nvct.base.log import logger
 from nvct.config.keys import Settings
@@ -127,11 +129,16 @@ def memory_limit_edits(request: Request, driver: Driver, gpus, hook_path: str) -
     """
     if not gpus or not all(any(n in request.env for n in names) for names in MEMORY_VARIABLES):
         return ContainerEdits()
-    argv = [*chain_prefix(hook_path)[:-1], MEMORY_LIMITS_HOOK, "--driver-root", driver.driver_root]
-    for gpu in gpus:
-        argv += ["--gpu-id", gpu.uuid]
-    return ContainerEdits(hooks=[Hook("createRuntime", hook_path, tuple(argv),
-                                      reason="NVIDIA_GPU_MEMORY_REQUEST/LIMIT: GPU memory limits by NVML")])
+    return ContainerEdits(hooks=[memory_limit_hook(driver, gpus, hook_path)])
+
+
+def memory_limit_hook(driver: Driver, gpus, hook_path: str) -> Hook:
+    """The createRuntime hook ``apply-cuda-memory-limits --driver-root R --gpu-id UUID...`` for ``gpus``
+    (jit-cdi: the container's whole GPUs; a generated spec: one per GPU device, as the reference's)."""
+    step = chain.ApplyCudaMemoryLimits(driver.driver_root, tuple(gpu.uuid for gpu in gpus))
+    argv = [*chain_prefix(hook_path)[:-1], *chain.to_argv([step])]
+    return Hook("createRuntime", hook_path, tuple(argv),
+                reason="NVIDIA_GPU_MEMORY_REQUEST/LIMIT: GPU memory limits by NVML")
 
 
 def selection_for(request: Request, driver: Driver, config) -> Selection:
@@ -214,13 +221,13 @@ def common_edits(driver: Driver, capabilities, *, hook_path: str,
         return sandbox_mod.hookless(edits)
     steps = in_container_steps(driver, libraries, sets, ldconfig=ldconfig, xorg=xorg)
     if steps:
-        edits.hooks.append(Hook("createContainer", hook_path, tuple(chain_prefix(hook_path) + steps),
-                                reason="symlinks and ld cache inside the container"))
+        edits.hooks.append(Chain("createContainer", hook_path, tuple(chain_prefix(hook_path)), tuple(steps),
+                                 reason="symlinks and ld cache inside the container"))
     return edits
 
 
 def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None = None,
-                       xorg: Sequence[str] = ()) -> list[str]:
+                       xorg: Sequence[str] = ()) -> list[chain.Step]:
     """The hook chain, one process: create-symlinks, enable-cuda-compat, update-ldcache,
     disable-device-node-modification (``sets``: the library sets, :func:`nvct.discover.driver.library_sets`)."""
     links = []
@@ -231,31 +238,29 @@ def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None 
         if folder not in folders:
             folders.append(folder)
         pairs = _library_links(lib, name)
-        links.extend(f"{target}::{folder}/{link}" for target, link in pairs)
+        links.extend((target, f"{folder}/{link}") for target, link in pairs)
         entries.extend(f"{folder}/{n}" for n in [lib.soname, *(link for _, link in pairs if link.endswith(".so"))]
                        if f"{folder}/{n}" not in entries)
         if lib.soname == _GBM_BACKEND[0] and not lib.compat32 and "graphics" in sets:
-            links.append(f"../{lib.soname}::{folder}/{_GBM_BACKEND[1]}")
+            links.append((f"../{lib.soname}", f"{folder}/{_GBM_BACKEND[1]}"))
     for path in xorg:  # the X server loads the GLX module by its unversioned name
         folder, name = os.path.split(path)
         if name.startswith(_GLXSERVER + "."):
-            links.append(f"{name}::{folder}/{_GLXSERVER}")
-    steps: list[list[str]] = []
+            links.append((name, f"{folder}/{_GLXSERVER}"))
+    steps: list[chain.Step] = []
     if links:
-        steps.append(["create-symlinks"] + [a for link in links for a in ("--link", link)])
+        steps.append(chain.CreateSymlinks(tuple(links)))
     if "compute" in sets:
-        steps.append(["enable-cuda-compat", "--host-driver-version", driver.version])
+        steps.append(chain.EnableCudaCompat(driver.version))
     if folders:
-        steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)]
-                     + [a for e in entries for a in ("--library", e)]
-                     + (["--ldconfig-path", ldconfig] if ldconfig else []))
+        steps.append(chain.UpdateLdcache(tuple(folders), tuple(entries), ldconfig or ""))
     # Keeps libcuda from creating device nodes in the container (a no-op without /proc/driver/nvidia).
-    steps.append(["disable-device-node-modification"])
-    return join_steps(steps)
+    steps.append(chain.MaskParams())
+    return steps
 
 
 def join_steps(steps: list[list[str]]) -> list[str]:
-    """``nvct hook chain`` arguments: hook invocations separated by ``--``."""
+    """Steps written as argv lists (nvct.edits.wsl, csvmode) as ``nvct hook chain`` arguments."""
     out: list[str] = []
     for step in steps:
         if out:
@@ -303,25 +308,6 @@ def _imex_edits(request: Request, driver: Driver) -> ContainerEdits:
 def _device(node: Node, reason: str) -> DeviceNode:
     return DeviceNode(node.path, node.major, node.minor, host_path=node.host_path,
                       file_mode=node.file_mode, reason=reason)
-
-
-#: How each hook program starts nvct's hook chain (``nvidia-ctk.path`` may name either of NVIDIA's).
-_CHAIN_PREFIXES = {"nvidia-ctk": ("nvidia-ctk", "hook", "chain"), "nvidia-cdi-hook": ("nvidia-cdi-hook", "chain")}
-_NVCT_CHAIN = ("nvct", "hook", "chain")
-
-
-def chain_prefix(hook_path: str) -> list[str]:
-    """The hook's argv before the steps: ``nvidia-ctk hook chain``, ``nvidia-cdi-hook chain`` or ``nvct hook chain``."""
-    return list(_CHAIN_PREFIXES.get(os.path.basename(hook_path), _NVCT_CHAIN))
-
-
-def chain_steps(args) -> list[str] | None:
-    """A hook's steps when it is nvct's hook chain (in any program's form), else None."""
-    args = list(args)
-    for prefix in (_NVCT_CHAIN, *_CHAIN_PREFIXES.values()):
-        if args[:len(prefix)] == list(prefix):
-            return args[len(prefix):]
-    return None
 
 
 #: ``nvidia-ctk.path``'s built-in value: a bare name, which nvct's own lookup serves better.

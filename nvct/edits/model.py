@@ -138,6 +138,63 @@ class Hook(Record):
         return out
 
 
+class Chain(Record):
+    """nvct's hook chain: typed steps (nvct.edits.steps) run in one hook process.
+
+    ``head``: the program's part of the argv (``nvct hook chain``, ``nvidia-cdi-hook chain``);
+    ``root`` and ``identity``: the container root and its ``(st_dev, st_ino)`` as the shim
+    verified them on the host, so the hook writes into that very directory. The hook's
+    arguments (:attr:`args`) exist only for a spec being written.
+    """
+
+    __slots__ = ("hook_name", "path", "head", "steps", "root", "identity", "env", "timeout", "reason")
+    _defaults = {"root": None, "identity": None, "env": HOOK_ENV, "timeout": None, "reason": ""}
+    hook_name: str
+    path: str
+    head: tuple[str, ...]
+    steps: tuple[Any, ...]
+    root: str | None
+    identity: tuple[int, int] | None
+    env: tuple[str, ...]
+    timeout: int | None
+    reason: str
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        from nvct.edits import steps
+
+        return (*self.head, *steps.options_argv(self.root, self.identity), *steps.to_argv(self.steps))
+
+    def replace(self, **changes):
+        """A copy with ``changes``; new ``args`` are parsed (a plain :class:`Hook` when they are no chain)."""
+        args = changes.pop("args", None)
+        new = super().replace(**changes)
+        if args is None:
+            return new
+        return as_chain(Hook(new.hook_name, new.path, tuple(args), new.env, new.timeout, new.reason)) or \
+            Hook(new.hook_name, new.path, tuple(args), new.env, new.timeout, new.reason)
+
+    def to_cdi(self) -> dict[str, Any]:
+        return Hook(self.hook_name, self.path, self.args, self.env, self.timeout).to_cdi()
+
+
+def as_chain(hook) -> Chain | None:
+    """``hook`` as nvct's :class:`Chain` when it is one (a spec's argv parsed), else None."""
+    if isinstance(hook, Chain):
+        return hook
+    from nvct.edits import steps
+
+    head = steps.chain_head(hook.args)
+    if head is None:
+        return None
+    try:
+        root, identity, argv = steps.chain_options(hook.args[len(head):])
+    except Exception:  # noqa: BLE001 - a malformed chain is the hook's to report
+        return None
+    return Chain(hook.hook_name, hook.path, head, tuple(steps.parse(argv)), root, identity, hook.env,
+                 hook.timeout, hook.reason)
+
+
 class NetDevice(Record):
     """A host network interface moved into the container (CDI 1.1.0 ``netDevices``)."""
 
@@ -276,16 +333,7 @@ class ContainerEdits:
                 )
                 for m in data.get("mounts") or ()
             ],
-            hooks=[
-                Hook(
-                    hook_name=h["hookName"],
-                    path=h["path"],
-                    args=tuple(h.get("args") or ()),
-                    env=tuple(h.get("env") or ()),
-                    timeout=h.get("timeout"),
-                )
-                for h in data.get("hooks") or ()
-            ],
+            hooks=[_hook_from_cdi(h) for h in data.get("hooks") or ()],
             additional_gids=list(data.get("additionalGids") or ()),
             net_devices=[NetDevice(n["hostInterfaceName"], n["name"]) for n in data.get("netDevices") or ()],
             intel_rdt=None if data.get("intelRdt") is None else IntelRdt.from_cdi(data["intelRdt"]),
@@ -303,6 +351,12 @@ class ContainerEdits:
                 if item.reason:
                     entry["reason"] = item.reason
         return out
+
+
+def _hook_from_cdi(h: dict[str, Any]) -> Hook | Chain:
+    hook = Hook(hook_name=h["hookName"], path=h["path"], args=tuple(h.get("args") or ()),
+                env=tuple(h.get("env") or ()), timeout=h.get("timeout"))
+    return as_chain(hook) or hook
 
 
 def _device_from_cdi(d: dict[str, Any]) -> DeviceNode:

@@ -24,16 +24,19 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(_usage())
         return 0 if argv else 2
     try:
+        from nvct.edits import steps as kinds
         from nvct.hooks import container, steps
 
-        if argv[:2] == ["chain", "--container-root"] and len(argv) > 2:
-            # jit-cdi: the shim named the root, so neither stdin nor config.json is read
-            ctx = container.HookContext(rootfs=argv[2])
-            steps.run_chain(argv[3:], ctx)
-        elif argv[0] == "chain":
-            steps.run_chain(argv[1:], container.from_state(sys.stdin))
+        if argv[0] == "chain":
+            rootfs, identity, rest = kinds.chain_options(argv[1:])
+            if rootfs:  # the shim named the root (and its identity): the state is not needed, nor config.json
+                container.drain(sys.stdin)
+                ctx = container.HookContext(rootfs=rootfs, same_as=identity)
+            else:
+                ctx = container.from_state(sys.stdin)
+            steps.run(kinds.parse(rest), ctx)
         else:
-            steps.run_chain(argv, container.from_state(sys.stdin))
+            steps.run(kinds.parse(argv), container.from_state(sys.stdin))
     except NvctError as e:
         sys.stderr.write(f"nvct hook {argv[0]}: {e}\n")
         return 1
@@ -48,5 +51,6 @@ def _usage() -> str:
 
     names = ", ".join(sorted(STEPS))
     return (f"usage: nvct hook <name> [args...]\n"
-            f"       nvct hook chain [--container-root DIR] <name> [args...] [-- <name> [args...]]...\n"
+            f"       nvct hook chain [--container-root DIR [--root-identity DEV:INO]] <name> [args...] "
+            f"[-- <name> [args...]]...\n"
             f"hooks: {names}\n")

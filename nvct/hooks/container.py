@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from nvct.oci import spec as ocispec
 from nvct.base.errors import SpecError
 
@@ -16,17 +18,23 @@ class HookContext:
     """The container's root and spec, plus what earlier steps of a chain found.
 
     ``root``: the root already opened (the shim's); else :attr:`root` opens it
-    once, on first use, for every step.
+    once, on first use, for every step. ``same_as``: the root's ``(st_dev, st_ino)``
+    as verified on the host (nvct.rootfs.root.root_identity): the root opened here,
+    in the container's mount namespace, must be that very directory. ``prepared``:
+    the shim's (host files, planned ld cache) for its early update-ldcache.
     """
 
     def __init__(self, rootfs: str, bundle: str | None = None, pid: int | None = None,
-                 spec: dict[str, Any] | None = None, root: Rootfs | None = None):
+                 spec: dict[str, Any] | None = None, root: Rootfs | None = None,
+                 same_as: tuple[int, int] | None = None, prepared=None):
         self.rootfs = rootfs
         self.bundle = bundle
         self.pid = pid
         self.spec = spec if spec is not None else {}
         self.extra_folders: list[str] = []
         self._root = root
+        self.same_as = same_as
+        self.prepared = prepared
 
     @property
     def root(self) -> Rootfs:
@@ -34,8 +42,20 @@ class HookContext:
         if self._root is None:
             from nvct.rootfs.root import Rootfs
 
-            self._root = Rootfs(self.rootfs, owners=ocispec.root_owners(self.spec))
+            self._root = Rootfs(self.rootfs, owners=ocispec.root_owners(self.spec), same_as=self.same_as)
         return self._root
+
+
+def drain(stream: IO[str]) -> None:
+    """Read the runtime's state to its end: crun fails a start whose hook exits before it has written it."""
+    import stat
+
+    try:
+        if stat.S_ISFIFO(os.fstat(stream.fileno()).st_mode):
+            while stream.buffer.read(1 << 16):
+                pass
+    except (OSError, ValueError):
+        pass
 
 
 def read_state(stream: IO[str]) -> dict[str, Any]:
@@ -65,4 +85,58 @@ def from_state(stream: IO[str]) -> HookContext:
     else:
         raise SpecError("OCI state on stdin names no bundle")
     pid = state.get("pid")
-    return HookContext(rootfs=rootfs, bundle=bundle, pid=pid if isinstance(pid, int) else None, spec=spec)
+    return HookContext(rootfs=rootfs, bundle=bundle, pid=pid if isinstance(pid, int) else None, spec=spec,
+                       same_as=runtime_identity(rootfs, ocispec.root_owners(spec)))
+
+
+def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
+    """The root's identity in the runtime's mount namespace, when this hook runs in another one.
+
+    A createContainer hook runs in the container's mount namespace, where the runtime
+    may have mounted another directory over ``rootfs``'s name (it lost a race against
+    the path's owner). No shim handed this hook the identity it verified, so it is
+    taken here, by the one rule (nvct.rootfs.root.root_identity), from the nearest
+    ancestor in another mount namespace (the runtime): this process's root is set to
+    that process's root for the lookup alone. None where this hook shares the runtime's
+    namespace (nothing can be mounted between the two views) or cannot see it (a user
+    namespace): the root is then opened by its name, as before.
+    """
+    from nvct.linux.fs import openat2_available
+    from nvct.rootfs.root import root_identity
+
+    try:
+        ours = os.stat("/proc/self/ns/mnt").st_ino
+        pid = "self"
+        for _ in range(3):  # hook <- runc init or crun's child <- runc or crun
+            pid = _parent(pid)
+            if pid <= 0:
+                return None
+            if os.stat(f"/proc/{pid}/ns/mnt").st_ino != ours:
+                break
+        else:
+            return None
+        there = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    openat2_available()  # probed here: nothing is imported or loaded inside the other root
+    home, cwd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), os.open(".", os.O_PATH | os.O_CLOEXEC)
+    try:
+        os.fchdir(there)
+        os.chroot(".")
+        try:
+            return root_identity(rootfs, owners)
+        finally:
+            os.fchdir(home)
+            os.chroot(".")
+            os.fchdir(cwd)
+    finally:
+        for fd in (there, home, cwd):
+            os.close(fd)
+
+
+def _parent(pid) -> int:
+    with open(f"/proc/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"PPid:"):
+                return int(line.split()[1])
+    raise ValueError(pid)

@@ -13,68 +13,34 @@ import os
 import sys
 
 from nvct.base.errors import NvctError
+from nvct.edits import steps as kinds
 from nvct.hooks.container import HookContext
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Callable, Sequence
 
 _COMPAT_DIR = "/usr/local/cuda/compat"
 _COMPAT_CONF = "/etc/ld.so.conf.d/00-compat-nvct.conf"
 
 
-def run_chain(args: list[str], ctx: HookContext) -> None:
-    """Run ``name args... [-- name args...]...`` in order."""
-    for step in _split(args):
-        name, rest = step[0], step[1:]
-        fn = STEPS.get(name)
-        if fn is None:
-            sys.stderr.write(f"nvct hook: unknown hook {name!r}, ignored (from a newer nvct?)\n")
+def run(steps: Sequence[kinds.Step], ctx: HookContext) -> None:
+    """The one executor: each step in order (the hook's chain, the shim's early steps, legacy's)."""
+    for step in steps:
+        if isinstance(step, kinds.Invalid):
+            raise NvctError(step.error)
+        if isinstance(step, kinds.Unknown):
+            sys.stderr.write(f"nvct hook: unknown hook {step.name!r}, ignored (from a newer nvct?)\n")
             continue
-        fn(_Args(name, rest), ctx)
+        _RUNNERS[type(step)](step, ctx)
 
 
-def _split(args: list[str]) -> list[list[str]]:
-    """A chain's arguments as steps (``--`` separates them); the one parser of the chain's form."""
-    steps: list[list[str]] = [[]]
-    for arg in args:
-        if arg == "--":
-            steps.append([])
-        else:
-            steps[-1].append(arg)
-    return [s for s in steps if s]
+def run_chain(args: list[str], ctx: HookContext) -> None:
+    """Run ``name args... [-- name args...]...`` in order (nvct.edits.steps.parse reads them)."""
+    run(kinds.parse(args), ctx)
 
 
-class _Args:
-    """``--name value`` pairs (repeatable) and ``--flag`` switches of one step."""
-
-    def __init__(self, hook: str, argv: list[str]):
-        self.hook = hook
-        self.values: dict[str, list[str]] = {}
-        i = 0
-        while i < len(argv):
-            arg = argv[i]
-            if not arg.startswith("--"):
-                raise NvctError(f"{hook}: unexpected argument {arg!r}")
-            name, eq, value = arg[2:].partition("=")
-            if not eq:
-                if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                    i += 1
-                    value = argv[i]
-                else:
-                    value = "true"
-            self.values.setdefault(name, []).append(value)
-            i += 1
-
-    def all(self, name: str) -> list[str]:
-        return self.values.get(name, [])
-
-    def one(self, name: str, default: str | None = None) -> str | None:
-        values = self.values.get(name)
-        return values[-1] if values else default
-
-
-def create_symlinks(args: _Args, ctx: HookContext) -> None:
+def create_symlinks(step: kinds.CreateSymlinks, ctx: HookContext) -> None:
     """``--link target::linkpath``: the SONAME and dev links of the driver libraries.
 
     As ``ln -sf`` (the reference's rule): whatever the image has at a link path
@@ -82,29 +48,21 @@ def create_symlinks(args: _Args, ctx: HookContext) -> None:
     load the image's copy or fail to start. Replacing works through the Rootfs,
     inside the root and on the mount the path names (never a directory).
     """
-    links = args.all("link")
-    if not links:
-        return
-    pairs = []
-    for spec in links:
-        target, sep, link = spec.partition("::")
-        if not sep or not target or not link.startswith("/"):
-            raise NvctError(f"create-symlinks: invalid --link {spec!r} (expected target::/abs/link)")
-        pairs.append((target, link))
-    ctx.root.symlinks(pairs, replace=True)
+    if step.links:
+        ctx.root.symlinks(list(step.links), replace=True)
 
 
-def enable_cuda_compat(args: _Args, ctx: HookContext) -> None:
+def enable_cuda_compat(step: kinds.EnableCudaCompat, ctx: HookContext) -> None:
     """Prefer the image's CUDA forward-compat libcuda where :func:`compat_choice` says it works here."""
     root = ctx.root
-    folder, _ = compat_choice(root, args)
+    folder, _ = compat_choice(root, step)
     if folder is None:
         return
     ctx.extra_folders.insert(0, folder)
     root.write_file(_COMPAT_CONF, (folder + "\n").encode(), 0o644, replace=True)
 
 
-def compat_choice(root, args: _Args) -> tuple[str | None, str]:
+def compat_choice(root, step: kinds.EnableCudaCompat) -> tuple[str | None, str]:
     """Whether the image's CUDA compat libcuda is to be used: (its folder's real path or None, why).
 
     The one rule (the shim, the hook and ``nvct explain`` ask it). The folder is
@@ -119,9 +77,9 @@ def compat_choice(root, args: _Args) -> tuple[str | None, str]:
     """
     import stat
 
-    host = args.one("host-driver-version") or ""
-    host_cuda = args.one("host-cuda-version") or ""
-    folder = _absolute(args.one("cuda-compat-container-root") or _COMPAT_DIR)
+    host = step.host_driver_version
+    host_cuda = step.host_cuda_version
+    folder = _absolute(step.compat_root or _COMPAT_DIR)
     if not (host or host_cuda):
         return None, "no --host-driver-version or --host-cuda-version: the host driver is unknown"
     if not root.exists(folder):
@@ -168,7 +126,7 @@ def compat_choice(root, args: _Args) -> tuple[str | None, str]:
     else:
         return None, f"{path}: its CUDA compat note and the host versions given have nothing to compare"
     devices = [d for d in note.get("Device") or () if isinstance(d, int)]
-    brands = args.all("gpu-brand")
+    brands = step.gpu_brands
     if devices and brands:
         unlisted = sorted({b for b in brands if not (b.isascii() and b.isdigit() and int(b) in devices)})
         if unlisted:
@@ -196,7 +154,7 @@ def _absolute(path: str) -> str:
     return posixpath.normpath("/" + path.lstrip("/"))
 
 
-def update_ldcache(args: _Args, ctx: HookContext) -> None:
+def update_ldcache(step: kinds.UpdateLdcache, ctx: HookContext) -> None:
     """Add ``--folder`` dirs to the container's ld.so.conf.d and run the host's static ldconfig.
 
     ``--library`` (nvct's, repeated): every name in those folders ldconfig
@@ -205,9 +163,17 @@ def update_ldcache(args: _Args, ctx: HookContext) -> None:
     """
     from nvct.rootfs import ldconfig
 
-    folders = ctx.extra_folders + [f for f in args.all("folder") if f not in ctx.extra_folders]
-    libraries = [] if ctx.extra_folders else args.all("library")
-    path = args.one("ldconfig-path")
+    folders = ctx.extra_folders + [f for f in step.folders if f not in ctx.extra_folders]
+    libraries = [] if ctx.extra_folders else list(step.libraries)
+    if ctx.prepared is not None:  # the shim's: the cache it planned, from the driver's files on the host
+        host_files, planned = ctx.prepared
+        if not ldconfig.patch_ldcache(ctx.root, folders, libraries, host_files=host_files, planned=planned):
+            from nvct.base.errors import ContainerError
+
+            raise ContainerError(f"container root {ctx.rootfs}: its ld cache changed while the "
+                                 "container was being created")
+        return
+    path = step.ldconfig_path
     ldconfig.update_ldcache(ctx.root, folders, libraries=libraries, **({"ldconfig": path} if path else {}))
     musl_path(ctx.root, folders)
 
@@ -245,22 +211,22 @@ def musl_path(root, folders: list[str]) -> None:
     root.write_file(path, ("\n".join(entries) + "\n").encode(), 0o644, replace=True)
 
 
-def create_soname_symlinks(args: _Args, ctx: HookContext) -> None:
+def create_soname_symlinks(step: kinds.CreateSonameSymlinks, ctx: HookContext) -> None:
     """``--folder F`` (repeated): SONAME links for the libraries in those folders (``ldconfig -n``).
 
     The reference's hook of that name, in specs some of its releases wrote.
     """
     from nvct.rootfs import ldconfig
 
-    path = args.one("ldconfig-path")
-    ldconfig.create_soname_links(ctx.root, args.all("folder"), **({"ldconfig": path} if path else {}))
+    path = step.ldconfig_path
+    ldconfig.create_soname_links(ctx.root, list(step.folders), **({"ldconfig": path} if path else {}))
 
 
 #: The driver's params, masked in every GPU container.
 PARAMS = "/proc/driver/nvidia/params"
 
 
-def disable_device_node_modification(args: _Args, ctx: HookContext) -> None:
+def disable_device_node_modification(step: kinds.MaskParams, ctx: HookContext) -> None:
     """Mask the driver's params with ``ModifyDeviceFiles: 0`` so libcuda never mknods in the container.
 
     Only the kernel's file (:func:`kernel_proc_path`); a volume under /proc is refused first.
@@ -328,20 +294,16 @@ def masked_params(current: bytes) -> bytes | None:
     return ("\n".join(lines) + "\n").encode()
 
 
-def chmod(args: _Args, ctx: HookContext) -> None:
-    """``--mode`` (octal) on each ``--path``: e.g. device dirs that runc made 0700."""
-    raw = args.one("mode")
-    try:
-        mode = int(raw or "", 8)
-    except ValueError:
-        raise NvctError(f"chmod: invalid --mode {raw!r} (expected octal, e.g. 755)") from None
+def chmod(step: kinds.Chmod, ctx: HookContext) -> None:
+    """``--mode`` (octal, checked by the parser) on each ``--path``: e.g. device dirs that runc made 0700."""
+    mode = int(step.mode, 8)
     root = ctx.root
-    for path in args.all("path"):
+    for path in step.paths:
         if root.exists(path):
             root.chmod(path, mode)
 
 
-def bind_mount(args: _Args, ctx: HookContext) -> None:
+def bind_mount(step: kinds.BindMount, ctx: HookContext) -> None:
     """``--host-path H --container-path C [--options o,o]``: bind-mount a host path last.
 
     CDI consumers (podman, containerd, cri-o) sort a spec's mounts by depth,
@@ -352,11 +314,11 @@ def bind_mount(args: _Args, ctx: HookContext) -> None:
     """
     import posixpath
 
-    host, target = args.one("host-path") or "", args.one("container-path") or ""
+    host, target = step.host_path, step.container_path
     for flag, path in (("--host-path", host), ("--container-path", target)):
         if not path.startswith("/"):
             raise NvctError(f"bind-mount: {flag} {path!r} is not an absolute path")
-    flags = mount_flags(",".join(args.all("options")).split(","), "bind-mount: --options")
+    flags = mount_flags(step.options, "bind-mount: --options")
     root = ctx.root
     # An existing target that an image symlink leads onto another mount (a volume
     # with shared propagation would carry our mount to the host) is refused too.
@@ -366,7 +328,7 @@ def bind_mount(args: _Args, ctx: HookContext) -> None:
     root.bind_mount(host, target, **flags)
 
 
-def readonly_root(args: _Args, ctx: HookContext) -> None:
+def readonly_root(step: kinds.ReadonlyRoot, ctx: HookContext) -> None:
     """Make the container's root read-only: the spec's ``root.readonly``, applied last.
 
     crun applies ``root.readonly`` before the createContainer hooks run, so no
@@ -407,7 +369,7 @@ _MEMORY_REQUEST = ("NVIDIA_GPU_MEMORY_REQUESTS", "NVIDIA_GPU_MEMORY_REQUEST")
 _MEMORY_LIMIT = ("NVIDIA_GPU_MEMORY_LIMITS", "NVIDIA_GPU_MEMORY_LIMIT")
 
 
-def apply_cuda_memory_limits(args: _Args, ctx: HookContext) -> None:
+def apply_cuda_memory_limits(step: kinds.ApplyCudaMemoryLimits, ctx: HookContext) -> None:
     """``--driver-root R --gpu-id UUID...``: the container's GPU memory request and limit, set by NVML.
 
     A createRuntime hook (the reference's): the container's process exists and
@@ -432,7 +394,7 @@ def apply_cuda_memory_limits(args: _Args, ctx: HookContext) -> None:
     soft, hard = _mib(_MEMORY_REQUEST[1], request), _mib(_MEMORY_LIMIT[1], limit)
     if soft > hard:
         raise NvctError(f"apply-cuda-memory-limits: the GPU memory request ({soft} MiB) exceeds the limit ({hard} MiB)")
-    gpus = args.all("gpu-id")
+    gpus = list(step.gpu_ids)
     if any(not g.strip() for g in gpus):
         raise NvctError("apply-cuda-memory-limits: --gpu-id must not be empty")
     if not gpus:
@@ -443,7 +405,7 @@ def apply_cuda_memory_limits(args: _Args, ctx: HookContext) -> None:
         raise ContainerError("apply-cuda-memory-limits: GPU memory limits need cgroup v2 "
                              "(/sys/fs/cgroup is not cgroup2)")
     cgroup = cgroups.unified_cgroup_dir(ctx.pid)
-    _set_memory_limits(args.one("driver-root") or "/", gpus, cgroup, soft << 20, hard << 20)
+    _set_memory_limits(step.driver_root or "/", gpus, cgroup, soft << 20, hard << 20)
 
 
 def _set_memory_limits(driver_root: str, gpus: list[str], cgroup: str, soft: int, hard: int) -> None:
@@ -477,10 +439,10 @@ def _mib(name: str, value: str) -> int:
 
 
 #: The chain step that enforces NVIDIA_REQUIRE_* for specs that native CDI consumers apply.
-REQUIREMENTS_STEP = "check-requirements"
+REQUIREMENTS_STEP = kinds.CheckRequirements.name
 
 
-def check_requirements(args: _Args, ctx: HookContext) -> None:
+def check_requirements(step: kinds.CheckRequirements, ctx: HookContext) -> None:
     """``--driver-version V [--cuda-version C] [--gpu /dev/nvidiaN::ARCH::BRAND]...``: refuse a
     container whose ``NVIDIA_REQUIRE_*`` this node cannot satisfy (nvct.request.requirements).
 
@@ -498,14 +460,9 @@ def check_requirements(args: _Args, ctx: HookContext) -> None:
     if not requirements.collect(env):  # NVIDIA_DISABLE_REQUIRE
         return
     present = _spec_device_paths(ctx.spec)
-    devices = []
-    for item in args.all("gpu"):
-        path, _, rest = item.partition("::")
-        arch, _, brand = rest.partition("::")
-        if path in present:
-            devices.append((arch or None, brand or None))
-    facts = requirements.DriverFacts(cuda=args.one("cuda-version") or None,
-                                     driver=args.one("driver-version") or None, devices=devices)
+    devices = [(arch or None, brand or None) for path, arch, brand in step.gpus if path in present]
+    facts = requirements.DriverFacts(cuda=step.cuda_version or None,
+                                     driver=step.driver_version or None, devices=devices)
     requirements.check(env, facts)
 
 
@@ -526,7 +483,7 @@ _PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
 _PROFILE_FILE = _PROFILE_DIR + "/10-container.conf"
 
 
-def update_application_profile(args: _Args, ctx: HookContext) -> None:
+def update_application_profile(step: kinds.UpdateApplicationProfile, ctx: HookContext) -> None:
     """Limit EGL/Vulkan to the container's GPUs: ``EGLVisibleDGPUDevices`` = a mask of its
     ``/dev/nvidiaN`` minors, in a driver application profile (the reference's hook of that name)."""
     import stat
@@ -579,20 +536,19 @@ def _version(version: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts)
 
 
-STEPS: dict[str, Callable[[_Args, HookContext], None]] = {
-    "create-symlinks": create_symlinks,
-    "enable-cuda-compat": enable_cuda_compat,
-    "update-ldcache": update_ldcache,
-    "create-soname-symlinks": create_soname_symlinks,
-    "disable-device-node-modification": disable_device_node_modification,
-    "update-nvidia-params": disable_device_node_modification,  # the reference's newer name
-    "chmod": chmod,
-    "update-application-profile": update_application_profile,
-    "bind-mount": bind_mount,
-    "readonly-root": readonly_root,
-    "apply-cuda-memory-limits": apply_cuda_memory_limits,
-    REQUIREMENTS_STEP: check_requirements,
+_RUNNERS: dict[type, Callable] = {
+    kinds.CreateSymlinks: create_symlinks,
+    kinds.EnableCudaCompat: enable_cuda_compat,
+    kinds.UpdateLdcache: update_ldcache,
+    kinds.CreateSonameSymlinks: create_soname_symlinks,
+    kinds.MaskParams: disable_device_node_modification,
+    kinds.Chmod: chmod,
+    kinds.UpdateApplicationProfile: update_application_profile,
+    kinds.BindMount: bind_mount,
+    kinds.ReadonlyRoot: readonly_root,
+    kinds.ApplyCudaMemoryLimits: apply_cuda_memory_limits,
+    kinds.CheckRequirements: check_requirements,
 }
 
-#: The steps that mask the driver's params (the reference's two names).
-PARAMS_STEPS = tuple(name for name, step in STEPS.items() if step is disable_device_node_modification)
+#: Every hook name nvct runs (the reference's, and nvct's own).
+STEPS = kinds.NAMES

@@ -67,6 +67,8 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
 def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bundle, devbind=True,
             compat=True, identity: tuple[int, int] | None = None) -> None:
     from nvct.oci import spec as ocispec
+    from nvct.edits import steps as kinds
+    from nvct.edits.model import as_chain
     from nvct.hooks import steps
     from nvct.rootfs.root import Rootfs
 
@@ -78,20 +80,12 @@ def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bu
             _bind(root, mount)
         _mask_procfs(root, driver, procfs)
         ctx = HookContext(rootfs=rootfs, bundle=bundle, spec=spec, root=root)
+        # params are masked by _mask_procfs's tmpfs already; cuda-compat-mode = "disabled" drops compat
+        drop = (kinds.MaskParams,) if compat else (kinds.MaskParams, kinds.EnableCudaCompat)
         for hook in edits.hooks:
-            chain = injection.chain_steps(hook.args)
+            chain = as_chain(hook)
             if chain is not None:
-                # params are masked by _mask_procfs's tmpfs already
-                drop = steps.PARAMS_STEPS if compat else (*steps.PARAMS_STEPS, "enable-cuda-compat")
-                steps.run_chain(_without(chain, drop), ctx)
-
-
-def _without(chain: list[str], names: tuple[str, ...]) -> list[str]:
-    """A hook chain less the steps called one of ``names`` (cuda-compat-mode = "disabled")."""
-    from nvct.edits.build import join_steps
-    from nvct.hooks.steps import _split
-
-    return join_steps([step for step in _split(chain) if step[0] not in names])
+                steps.run([s for s in chain.steps if not isinstance(s, drop)], ctx)
 
 
 def _bind(root, mount: Mount) -> None:

@@ -143,6 +143,8 @@ def _into_spec(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, 
     plan = _prepared(spec, edits, bundle, config) if prepare else None
     if plan is None:
         _read_only_root_last(spec, edits, runtime)
+    if bundle:
+        _root_identity(spec, edits, ocispec.rootfs(spec, bundle), plan)
     _apply(spec, edits)
     if plan is not None and prepare != "write":
         plan.root.close()
@@ -177,15 +179,41 @@ def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, c
     return plan
 
 
-def _with_container_root(hook: Hook, rootfs: str) -> Hook:
-    from nvct.edits.build import chain_steps
+def _with_container_root(hook: Hook, rootfs: str):
+    """nvct's chain told the root, so the hook needs neither its stdin nor config.json."""
+    from nvct.edits.model import as_chain
 
-    args = list(hook.args)
-    steps = chain_steps(args)
-    if steps is None:
-        return hook
-    head = args[:len(args) - len(steps)]
-    return hook.replace(args=tuple(head + ["--container-root", rootfs] + steps))
+    chain = as_chain(hook)
+    return hook if chain is None else chain.replace(root=rootfs)
+
+
+def _root_identity(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, plan) -> None:
+    """The root's identity, verified here on the host, into the chain the hook runs (issue 22).
+
+    In the container's mount namespace the runtime may have mounted another directory over
+    the root's name (it lost a race against the path's owner): the hook refuses that one.
+    ``plan``'s root is open already; else it is opened (and checked) once more here.
+    """
+    from nvct.edits.model import as_chain
+
+    chains = [i for i, h in enumerate(edits.hooks) if (c := as_chain(h)) is not None and c.root]
+    if not chains:
+        return
+    if plan is not None:
+        st = os.fstat(plan.root.fileno())
+        identity = (st.st_dev, st.st_ino)
+    else:
+        from nvct.base.errors import ContainerError
+        from nvct.rootfs.root import UnsafeRootError, root_identity
+
+        try:
+            identity = root_identity(rootfs, ocispec.root_owners(spec))
+        except UnsafeRootError:
+            raise
+        except ContainerError:
+            return  # missing, ...: the runtime says so
+    for i in chains:
+        edits.hooks[i] = as_chain(edits.hooks[i]).replace(identity=identity)
 
 
 #: Low-level runtimes that make ``root.readonly`` read-only before the createContainer hooks.
@@ -205,11 +233,13 @@ def _read_only_root_last(spec: dict[str, Any], edits: ContainerEdits, runtime: s
         return
     if os.path.basename(os.path.realpath(runtime)) not in _READ_ONLY_BEFORE_HOOKS:
         return
-    from nvct.edits.build import chain_steps
+    from nvct.edits.model import as_chain
+    from nvct.edits.steps import ReadonlyRoot
 
     for i, hook in enumerate(edits.hooks):
-        if hook.hook_name == "createContainer" and chain_steps(list(hook.args)) is not None:
-            edits.hooks[i] = hook.replace(args=(*hook.args, "--", "readonly-root"))
+        chain = as_chain(hook)
+        if hook.hook_name == "createContainer" and chain is not None:
+            edits.hooks[i] = chain.replace(steps=(*chain.steps, ReadonlyRoot()))
             root["readonly"] = False
             return
 

@@ -1,8 +1,8 @@
-"""nvct.modifier.prepare: the hook chain's links and ld cache written by the shim, the params mask left to sh.
+"""nvct.modifier.prepare: the hook chain's links and ld cache written by the shim, the params mask left to the hook.
 
 What containers see is checked end to end in tests/e2e (every jit-cdi and cdi
 start through the shim goes this way); here, the plan's decisions and the
-mask script on its own.
+mask hook the shim leaves, run as a runtime runs it.
 """
 
 from __future__ import annotations
@@ -52,12 +52,10 @@ def test_the_chain_becomes_the_params_mask_and_the_files_are_written(setup, sim_
     plan.edit(edits)
     plan.write()
     [hook] = edits.hooks
-    assert (hook.hook_name, hook.path) == ("createContainer", "/bin/sh")
-    assert hook.args[:3] == ("sh", "-c", prepare.MASK_SCRIPT)
-    assert hook.args[4:] == (rootfs, os.path.join(bundle, prepare.PARAMS_FILE))
+    assert (hook.hook_name, hook.path) == ("createContainer", "/usr/bin/nvct")
+    assert hook.args == ("nvct", "hook", "chain", "--container-root", rootfs, "disable-device-node-modification")
     assert hook.env and all(not e.startswith(("LD_", "PYTHON")) for e in hook.env)
-    params = open(os.path.join(bundle, prepare.PARAMS_FILE)).read()
-    assert "ModifyDeviceFiles: 0" in params and "ModifyDeviceFiles: 1" not in params
+    assert os.listdir(bundle) == []  # the mask reads the container's own params: nothing in the bundle
     version = sim_node["driver_version"]
     assert os.readlink(os.path.join(rootfs, LIBDIR.lstrip("/"), "libcuda.so.1")) == f"libcuda.so.{version}"
     cached = {e.key: e.value for e in ldcache.load(os.path.join(rootfs, "etc/ld.so.cache"))}
@@ -166,18 +164,23 @@ def test_no_driver_params_no_mask_hook(setup, tmp_path):
 STATE = '{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":42,"bundle":"/b"}'
 
 
-def _mask(root, source, state=STATE) -> subprocess.CompletedProcess:
-    """The script as a runtime runs it: the OCI state on stdin."""
-    return subprocess.run(["/bin/sh", "-c", prepare.MASK_SCRIPT, "nvct-mask-params", str(root), str(source)],
-                          input=state, capture_output=True, text=True, timeout=10,
+def _hook(root) -> list[str]:
+    """The mask hook the shim leaves (Plan.edit), as the runtime runs it."""
+    from tests.support.gpu_runs import NVCT
+
+    return [NVCT, "hook", "chain", "--container-root", str(root), "disable-device-node-modification"]
+
+
+def _mask(root, source=None, state=STATE) -> subprocess.CompletedProcess:
+    """The hook as a runtime runs it: the OCI state on stdin."""
+    return subprocess.run(_hook(root), input=state, capture_output=True, text=True, timeout=30,
                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
 
 def test_the_mask_script_reads_the_whole_state_before_it_exits(tmp_path):
     """crun fails a start whose hook exits before it has written the state (seen as exit code -33)."""
     (tmp_path / "root/proc").mkdir(parents=True)
-    proc = subprocess.Popen(["/bin/sh", "-c", prepare.MASK_SCRIPT, "nvct-mask-params", str(tmp_path / "root"),
-                             str(tmp_path / "masked")], stdin=subprocess.PIPE)
+    proc = subprocess.Popen(_hook(tmp_path / "root"), stdin=subprocess.PIPE)
     import time
 
     time.sleep(0.2)  # the script has had all the time it needs to exit early
@@ -192,12 +195,10 @@ def test_the_mask_script_mounts_the_masked_params_read_only(tmp_path):
     params = tmp_path / "root/proc/driver/nvidia/params"
     params.parent.mkdir(parents=True)
     params.write_text("ModifyDeviceFiles: 1\n")
-    masked = tmp_path / "masked"
-    masked.write_text("ModifyDeviceFiles: 0\n")
 
     def run():
         subprocess.run(["mount", "--bind", str(tmp_path / "root/proc/driver"), "/proc/driver"], check=True)
-        result = _mask(tmp_path / "root", masked)
+        result = _mask(tmp_path / "root")
         seen = params.read_text()
         try:
             params.write_text("x")
@@ -212,14 +213,14 @@ def test_the_mask_script_mounts_the_masked_params_read_only(tmp_path):
 
 def test_the_mask_script_leaves_a_container_without_driver_params(tmp_path):
     (tmp_path / "root/proc").mkdir(parents=True)
-    assert _mask(tmp_path / "root", tmp_path / "masked").returncode == 0
+    assert _mask(tmp_path / "root").returncode == 0
 
 
 def test_the_mask_script_refuses_an_image_proc_symlink(tmp_path):
     (tmp_path / "root").mkdir()
     (tmp_path / "root/proc").symlink_to("/proc")
-    result = _mask(tmp_path / "root", tmp_path / "masked")
-    assert result.returncode == 1 and "reached through a symlink; not masking" in result.stderr
+    result = _mask(tmp_path / "root")
+    assert result.returncode == 1 and "reached through a symlink; refusing to mask it" in result.stderr
 
 
 def test_planning_writes_nothing(setup):

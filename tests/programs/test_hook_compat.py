@@ -16,7 +16,8 @@ import pytest
 
 from nvct.linux import elf
 from nvct.base.errors import NvctError
-from nvct.hooks.steps import _Args, compat_choice
+from nvct.edits.steps import parse_step
+from nvct.hooks.steps import compat_choice
 from nvct.rootfs.root import Rootfs
 from tests.support.compat import NOTE_575, NOTE_590, make_compat_libcuda, note_section
 
@@ -32,7 +33,7 @@ def _root(tmp_path, note, version="575.57.08", folder="usr/local/cuda/compat"):
 
 
 def _choice(root, *argv):
-    return compat_choice(root, _Args("enable-cuda-compat", list(argv)))
+    return compat_choice(root, parse_step("enable-cuda-compat", list(argv)))
 
 
 def test_the_note_is_read_from_the_section(tmp_path):

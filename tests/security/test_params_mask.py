@@ -1,9 +1,9 @@
 """The driver params mask never lands on a host file, in every path, through runc and crun.
 
 Every GPU container gets the driver's ``/proc/driver/nvidia/params`` masked
-(``ModifyDeviceFiles: 0``): by the shim's sh hook (jit-cdi and cdi mode,
-nvct.modifier.prepare), by the chain hook's Python step (a CDI spec run by a CDI-aware
-engine, no shim), and by the legacy hook. A volume at ``/proc/driver`` (or over
+(``ModifyDeviceFiles: 0``): by the chain hook the shim leaves (jit-cdi and cdi
+mode, nvct.modifier.prepare), by the chain hook a CDI-aware engine runs from a
+CDI spec (no shim), and by the legacy hook; one implementation, one rule. A volume at ``/proc/driver`` (or over
 ``/proc``) whose ``nvidia/params`` is a host file, or a link to one, must not
 get that mount: with ``rootfsPropagation: shared`` on a host whose ``/`` is
 shared (systemd), the mount would reach the host and stay after the container.
@@ -12,8 +12,8 @@ The host is stood in for by a private mount namespace with ``/`` made rshared.
 After the container, that namespace must show no mount on the host files and
 their content unchanged; the start is refused with one line naming the mount
 (by the shim where it can tell from the spec and the image, else by the mask).
-The sh hook and the Python step are one rule (nvct.hooks.steps.kernel_proc_path),
-judged alike on every layout at the end.
+The rule (nvct.hooks.steps.kernel_proc_path) is judged on every layout at the end,
+through the hook program in both the shim's form and a CDI spec's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import os
 
 import pytest
 
-from nvct.modifier.prepare import MASK_SCRIPT, PARAMS_FILE
 from tests.support.bundle import add_hook, edit_config, make_bundle
 from tests.support.fixtures import rootfs  # noqa: F401
 from tests.support.gpu_runs import NVCT, PATH_ENV, need_runtime, refusal, run_gpu
@@ -38,9 +37,9 @@ KINDS = ("absolute", "relative", "file")
 #: /proc/driver, or at /data/x where x is a link to /proc/driver in an earlier volume at
 #: /data (no look at the spec and the image can tell: the mask itself must refuse).
 PLACES = ("driver", "proc", "redirect", "chain")
-#: The shim's modes; the Python step run by an engine from a CDI spec (no shim); the shim's
-#: sh mask hook alone (no shim in front to refuse the volume).
-PATHS = ("jit-cdi", "cdi", "legacy", "cdi-hook", "sh-hook")
+#: The shim's modes; the chain run by an engine from a CDI spec (no shim); the shim's
+#: mask hook alone (no shim in front to refuse the volume).
+PATHS = ("jit-cdi", "cdi", "legacy", "cdi-hook", "mask-hook")
 #: Places the shim's look at the spec and the image sees.
 SEEN = ("driver", "proc", "redirect")
 
@@ -116,11 +115,8 @@ def _run(tmp_path, sim_node, rootfs, path: str, runtime: str, volumes: list[dict
         add_hook(bundle, "createContainer", NVCT, ["nvct", "hook", "chain", "disable-device-node-modification"],
                  env=[PATH_ENV])
     else:  # the shim's hook, as Plan.edit writes it
-        params = os.path.join(bundle, PARAMS_FILE)
-        with open(params, "w") as f:
-            f.write("ModifyDeviceFiles: 0\n")
-        add_hook(bundle, "createContainer", "/bin/sh", ["sh", "-c", MASK_SCRIPT, "nvct-mask-params", rootfs, params],
-                 env=[PATH_ENV])
+        add_hook(bundle, "createContainer", NVCT, _MASK_HOOK + ["--container-root", rootfs,
+                                                                "disable-device-node-modification"], env=[PATH_ENV])
     return run_container([*wrapper, *RUNTIMES[runtime]], bundle)
 
 
@@ -153,9 +149,12 @@ def test_a_proc_volume_never_gets_the_mask_on_a_host_file(tmp_path, sim_node, ro
         assert "not on the kernel's procfs (a volume?); refusing to mask it" in text, text
 
 
-# -- the rule itself: the sh hook and the Python step judge every layout alike ------------------
+# -- the rule itself: the step and the hook program, in both forms, judge every layout alike ----
 
-#: layout -> (what the sh hook and the Python step say): "masked", "nothing" (no params there),
+#: The hook program's chain, as the shim writes it.
+_MASK_HOOK = ["nvct", "hook", "chain"]
+
+#: layout -> (what the hook program and the step say): "masked", "nothing" (no params there),
 #: or the words of the refusal.
 RULE = {
     "own": "masked",  # this process's own /proc file (a simulated node's /proc/driver)
@@ -195,8 +194,8 @@ def _layout(tmp_path, layout: str) -> str:
     return str(root)
 
 
-def _judge(root: str, layout: str, masked: str, shell: list[str]) -> tuple[str, str, str]:
-    """In a private mount namespace: (sh's verdict, Python's verdict, what params shows after the sh)."""
+def _judge(root: str, layout: str, masked: str, form: list[str]) -> tuple[str, str, str]:
+    """In a private mount namespace: (the hook program's verdict, the step's, what params shows after the hook)."""
     import subprocess
 
     from nvct.base.errors import ContainerError
@@ -210,8 +209,9 @@ def _judge(root: str, layout: str, masked: str, shell: list[str]) -> tuple[str, 
             python = "masked" if kernel_proc_path(opened, PARAMS) else "nothing"
         except ContainerError as e:
             python = str(e)
-    run = subprocess.run([*shell, "-c", MASK_SCRIPT, "nvct-mask-params", root, masked], input="{}",
-                         capture_output=True, text=True, timeout=10, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    argv, state = _form(form, root)
+    run = subprocess.run(argv, input=state, capture_output=True, text=True, timeout=30,
+                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     sh = {0: "masked" if layout == "own" else "nothing"}.get(run.returncode, run.stderr)
     shown = ""
     if os.path.lexists(os.path.join(root, "proc/driver/nvidia/params")):
@@ -220,11 +220,25 @@ def _judge(root: str, layout: str, masked: str, shell: list[str]) -> tuple[str, 
     return sh, python, shown
 
 
-#: The hook's /bin/sh: Debian's dash, RHEL's bash.
-SHELLS = {"dash": ["/bin/sh"], "bash": ["/bin/bash", "--posix"]}
+#: The hook program's two forms: the shim's (the root named) and a CDI spec's (the state on stdin).
+FORMS = {"shim": "container-root", "cdi-spec": "state"}
 
 
-@pytest.mark.parametrize("shell", sorted(SHELLS))
+def _form(form, root: str) -> tuple[list[str], str]:
+    """(argv, stdin) of the mask hook in ``form``, for ``root`` (a bundle beside it for the state's)."""
+    import json
+
+    if form == "container-root":
+        return [NVCT, "hook", "chain", "--container-root", root, "disable-device-node-modification"], "{}"
+    bundle = os.path.join(os.path.dirname(root), "bundle")
+    os.makedirs(bundle, exist_ok=True)
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump({"ociVersion": "1.0.2", "root": {"path": root}, "mounts": []}, f)
+    state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": os.getpid(), "bundle": bundle}
+    return [NVCT, "hook", "chain", "disable-device-node-modification"], json.dumps(state)
+
+
+@pytest.mark.parametrize("shell", sorted(FORMS))
 @pytest.mark.parametrize("layout", sorted(RULE))
 def test_the_sh_hook_and_the_python_step_are_one_rule(tmp_path, layout, shell):
     from nvct.linux.namespaces import in_private_mount_namespace
@@ -234,21 +248,22 @@ def test_the_sh_hook_and_the_python_step_are_one_rule(tmp_path, layout, shell):
     root = _layout(tmp_path, layout)
     masked = tmp_path / "masked"
     masked.write_text("ModifyDeviceFiles: 0\n")
-    sh, python, shown = in_private_mount_namespace(_judge, root, layout, str(masked), SHELLS[shell])
+    sh, python, shown = in_private_mount_namespace(_judge, root, layout, str(masked), FORMS[shell])
     want = RULE[layout]
     assert want in sh and want in python, (sh, python)
     assert sh.count("\n") <= 1 and "\n" not in python  # one line each
-    assert shown == ("ModifyDeviceFiles: 0\n" if want == "masked" else SECRET if layout != "missing" else "")
+    masked_secret = SECRET.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0")  # the other lines kept
+    assert shown == (masked_secret if want == "masked" else SECRET if layout != "missing" else "")
     assert (tmp_path / "elsewhere/driver/nvidia/params").read_text() == SECRET
 
 
-@pytest.mark.parametrize("shell", sorted(SHELLS))
+@pytest.mark.parametrize("shell", sorted(FORMS))
 def test_the_sh_hook_refuses_a_root_named_through_a_symlink(tmp_path, shell):
-    """The root's own path is checked too ($PWD after cd -P): a swapped root.path leads elsewhere."""
+    """The root's own path is checked too (nvct.rootfs.root.open_root): a swapped root.path leads elsewhere."""
     import subprocess
 
     root = _layout(tmp_path, "plain")
     os.symlink(root, tmp_path / "alias")
-    run = subprocess.run([*SHELLS[shell], "-c", MASK_SCRIPT, "nvct-mask-params", str(tmp_path / "alias"), "/dev/null"],
-                         input="{}", capture_output=True, text=True, timeout=10)
-    assert run.returncode == 1 and "reached through a symlink" in run.stderr, run
+    argv, state = _form(FORMS[shell], str(tmp_path / "alias"))
+    run = subprocess.run(argv, input=state, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1 and "through a symlink" in run.stderr, run

@@ -189,3 +189,53 @@ def test_a_root_owned_by_another_user_is_refused(tmp_path, sim_node, rootfs):
     assert snapshot(rootfs) == before, result.describe()
     text = refusal(result, tmp_path)
     assert f"container root {rootfs}: owned by uid {OWNER}" in text, result.describe()
+
+
+#: Where nvct's hook chain runs as a real createContainer hook: the shim's jit-cdi and cdi mode
+#: when prepare declines (an image without an ld cache: only ldconfig can make one), and an
+#: engine that applied a CDI spec itself (no shim: the hook has only the OCI state).
+CHAIN_PATHS = ("jit-cdi", "cdi", "cdi-hook")
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("path", CHAIN_PATHS)
+def test_the_chain_hook_writes_only_into_the_root_verified_on_the_host(tmp_path, sim_node, rootfs, runtime, path):
+    """The runtime lost the race: another directory is mounted over root.path's name in the container's
+    mount namespace (crun mounts a swapped-in host directory there). Stood in for, every time, by a
+    createContainer hook before nvct's that mounts a full host root over root.path: nvct's chain must
+    refuse it, never write the ld cache or links there."""
+    from tests.support.bundle import add_hook, edit_config, make_bundle
+    from tests.support.gpu_runs import NVCT, PATH_ENV
+    from tests.support.runtimes import RUNTIMES, run_container
+
+    need_runtime(runtime)
+    os.unlink(os.path.join(rootfs, "etc/ld.so.cache"))  # the shim leaves the chain to the hook
+    host = make_rootfs(tmp_path, name="host")
+    before = snapshot(host)
+    over = {"path": "/usr/bin/mount", "args": ["mount", "--bind", host, rootfs], "env": [PATH_ENV]}
+
+    def edit(spec: dict) -> None:
+        spec.setdefault("hooks", {}).setdefault("createContainer", []).insert(0, over)
+
+    if path == "cdi-hook":
+        bundle = make_bundle(str(tmp_path / "bundle"), rootfs, ["sh", "-c", "true"], env=[PATH_ENV])
+        with edit_config(bundle) as spec:
+            edit(spec)
+        errors = tmp_path / "hook-stderr"  # crun shows no hook's stderr
+        wrapper = tmp_path / "nvct-hook"
+        wrapper.write_text(f'#!/bin/sh\nexec {NVCT} "$@" 2>>{errors}\n')
+        wrapper.chmod(0o755)
+        add_hook(bundle, "createContainer", str(wrapper), ["nvct", "hook", "chain", "create-symlinks", "--link",
+                                                   "libc.so.6::/usr/lib/nvct-probe.so", "--", "update-ldcache",
+                                                   "--folder", "/usr/lib"], env=[PATH_ENV])
+        result = run_container(RUNTIMES[runtime], bundle)
+    else:
+        result = run_gpu(tmp_path, sim_node, rootfs, mode=path, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                         command="dlopen-probe libcuda.so.1", edit=edit)
+    assert not nvct_writes(before, snapshot(host), "jit-cdi"), result.describe()
+    assert not mounts_under(str(tmp_path))
+    text = refusal(result, tmp_path if path != "cdi-hook" else None)
+    if path == "cdi-hook":
+        text = errors.read_text()
+    if runtime == "runc" or path == "cdi-hook":  # crun shows no hook's stderr
+        assert "another directory there than the one verified on the host" in text, result.describe()
