@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import posixpath
 
+from nvct.edits.model import HOOK_ENV, is_sealed
+
 TYPE_CHECKING = False  # typing costs an import
 if TYPE_CHECKING:
     from typing import Any, Callable
@@ -44,8 +46,6 @@ def transform_root(raw: dict[str, Any], from_root: str, to_root: str, relative_t
 def _seal_hooks(raw: dict[str, Any]) -> None:
     """Give every hook without ``env`` nvct's fixed one: the spec we write never lets a
     hook inherit a container's environment (docs/security.md)."""
-    from nvct.edits.model import HOOK_ENV, is_sealed
-
     for edits in [d.get("containerEdits") or {} for d in raw.get("devices") or ()] + [raw.get("containerEdits") or {}]:
         for hook in edits.get("hooks") or ():
             if not is_sealed(hook):

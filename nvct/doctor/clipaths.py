@@ -14,10 +14,16 @@ take the hook path; podman 5.8's ``--gpus`` asks for CDI devices.
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import shutil
 from dataclasses import dataclass
+
+from nvct.base.errors import ConfigError
+from nvct.cdi.registry import Registry
+from nvct.engines.docker import dockerd_pid
+from nvct.engines.engine import read_file
 
 HOOK = "hook"
 CDI = "cdi"
@@ -117,8 +123,6 @@ def cdi_names(cli: str, value: str) -> list[str]:
 
 def unresolved(names: list[str], dirs=DEFAULT_SPEC_DIRS) -> tuple[list[str], list[str]]:
     """(names no spec in ``dirs`` defines, every NVIDIA device name there)."""
-    from nvct.cdi.registry import Registry
-
     registry = Registry(dirs)
     have = [n for n in registry.device_names() if n.startswith(KIND + "=")]
     return [n for n in names if n not in registry.devices], have
@@ -147,7 +151,6 @@ def on_this_node(cli: str, *, path_env: str, docker_socket: str = "/var/run/dock
         if binary is None:
             return Path(cli, NONE, f"no {cli} on PATH ({path_env})"), list(DEFAULT_SPEC_DIRS)
         return client_path(cli, binary, path_env), list(DEFAULT_SPEC_DIRS)
-    from nvct.engines.docker import dockerd_pid
 
     enabled, dirs = docker_cdi(docker_config)
     pid, _ = dockerd_pid(docker_socket, docker_pidfile)
@@ -168,11 +171,8 @@ def on_this_node(cli: str, *, path_env: str, docker_socket: str = "/var/run/dock
 
 def docker_cdi(config_path: str) -> tuple[bool, list[str]]:
     """dockerd's CDI settings: enabled (``features.cdi``, on unless false) and its spec directories."""
-    from nvct.doctor.runtimes import _read_json
-    from nvct.base.errors import ConfigError
-
     try:
-        config = _read_json(config_path) or {}
+        config = read_json(config_path) or {}
     except ConfigError:  # runtime.docker says what is wrong with the file
         config = {}
     dirs = config.get("cdi-spec-dirs")
@@ -186,3 +186,17 @@ def hook_devices(cli: str, value: str) -> str:
     names = cdi_names(cli, value)
     ids = [n.partition("=")[2] for n in names]
     return ",".join(ids) or "void"
+
+
+def read_json(path: str):
+    """An engine's JSON config file as a dict (None: no such file); bad JSON is a ConfigError."""
+    raw = read_file(path)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError as e:
+        raise ConfigError(f"{path}: invalid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return data

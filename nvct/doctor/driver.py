@@ -7,9 +7,11 @@ loaded and initialized; with ``--deep`` it is also asked about each GPU.
 from __future__ import annotations
 
 import os
+import stat
 
-from nvct.doctor.model import Context, fail, ok, warn
 from nvct.base.errors import NvctError
+from nvct.discover import procfs
+from nvct.doctor.model import Context, fail, ok, warn
 
 _LOAD_FIX = "modprobe nvidia && modprobe nvidia-uvm (install the driver's kernel modules first if that fails)"
 
@@ -58,7 +60,6 @@ def check_gpus(ctx: Context):
     if ctx.gpus is None:
         yield fail("driver.gpus", ctx.gpus_error, "reload the module: " + _LOAD_FIX)
         return
-    from nvct.discover import procfs
 
     excluded = [g for g in procfs.gpus(ctx.driver.proc_root) if g.excluded]
     if excluded:
@@ -140,8 +141,6 @@ def _nvml_devices(ctx: Context, nvml):
 
 def _is_gpu_node(ctx: Context, gpu) -> bool:
     """Whether the dev root has ``gpu``'s node, a character device of the right number."""
-    import stat
-
     try:
         st = os.stat(ctx.driver.dev_host_path(f"/dev/nvidia{gpu.minor}"))
     except OSError:

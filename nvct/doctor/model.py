@@ -14,6 +14,10 @@ import os
 from dataclasses import dataclass, field
 
 from nvct.base.errors import NvctError
+from nvct.config import file as config
+from nvct.discover.driver import Driver
+from nvct.toolkit.layout import SUBDIR
+from nvct.toolkit.options import DEFAULT_INSTALL_DIR
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
 STATUSES = (OK, INFO, WARN, FAIL)
@@ -83,9 +87,6 @@ class Options:
 
 def default_toolkit_dir() -> str:
     """``nvct toolkit install``'s toolkit directory by default (``--toolkit-install-dir``/toolkit)."""
-    from nvct.toolkit.layout import SUBDIR  # nvct.toolkit imports the doctor: not at module level
-    from nvct.toolkit.options import DEFAULT_INSTALL_DIR
-
     return os.path.join(DEFAULT_INSTALL_DIR, SUBDIR)
 
 
@@ -105,8 +106,6 @@ class Context:
     # --- nvct's config ---
     @functools.cached_property
     def _config(self):
-        from nvct.config import file as config
-
         try:
             return config.load(self.options.config_path, env=self.options.env), None
         except NvctError as e:
@@ -124,8 +123,6 @@ class Context:
     @property
     def config_file(self) -> str:
         """The file nvct reads (which may not exist)."""
-        from nvct.config import file as config
-
         return self.options.config_path or config.default_path(self.options.env)
 
     def set_command(self, key: str, value: str) -> str:
@@ -135,8 +132,6 @@ class Context:
     # --- the driver ---
     @functools.cached_property
     def driver(self):
-        from nvct.discover.driver import Driver
-
         return Driver.from_config(self.config) if self.config is not None else None
 
     @functools.cached_property

@@ -12,8 +12,11 @@ then :func:`nvct.edits.csvmode.is_tegra`).
 from __future__ import annotations
 
 import os
+import stat
 
+from nvct.base.errors import NvctError
 from nvct.doctor.model import Context, Finding, fail, info, ok, warn
+from nvct.edits import csvmode, wsl
 
 WSL, TEGRA = "WSL2", "Tegra"
 
@@ -38,7 +41,6 @@ def platform(ctx: Context) -> str | None:
         driver = ctx.driver
         if driver is None:
             return None
-        from nvct.edits import csvmode, wsl
 
         if wsl.is_wsl(driver):
             return WSL
@@ -63,9 +65,6 @@ def not_applicable(ctx: Context, group: str, checks) -> list[Finding] | None:
 def check_wsl(ctx: Context):
     if platform(ctx) != WSL:
         return
-    import stat
-
-    from nvct.edits import wsl
 
     driver = ctx.driver
     dxg = driver.dev_host_path(wsl.DXG)
@@ -98,8 +97,6 @@ def check_wsl(ctx: Context):
 def check_tegra(ctx: Context):
     if platform(ctx) != TEGRA:
         return
-    from nvct.edits import csvmode
-    from nvct.base.errors import NvctError
 
     directory = csvmode.mount_spec_path(ctx.config)
     try:
@@ -109,7 +106,7 @@ def check_tegra(ctx: Context):
         return
     if not base:
         yield fail("platform.csv-files", f"Tegra board but no {', '.join(csvmode.BASE_FILES)} in {directory}: GPU "
-                   "containers get nothing", f"reinstall nvidia-l4t-core / nvidia-container (JetPack), or "
+                   "containers get nothing", "reinstall nvidia-l4t-core / nvidia-container (JetPack), or "
                    + ctx.set_command(csvmode.MOUNT_SPEC_PATH_KEY, "DIR"))
         return
     yield ok("platform.csv-files", f"{len(every)} CSV file(s) in {directory} "

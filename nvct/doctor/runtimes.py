@@ -12,11 +12,19 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 
-from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.engines.docker import dockerd_pid
 from nvct.base.errors import ConfigError
+from nvct.config.file import parse_toml
+from nvct.doctor import clipaths
+from nvct.doctor.clipaths import read_json
+from nvct.doctor.model import Context, fail, info, ok, warn
+from nvct.engines.containerd import config_version, cri_drift, plugin_name
+from nvct.engines.docker import dockerd_pid
+from nvct.engines.document import MISSING
+from nvct.engines.engine import read_file
+from nvct.oci import environ as hookenv
 
 RUNTIME_BINARY = "nvidia-container-runtime"
 HOOK_BINARY = "nvidia-container-runtime-hook"
@@ -40,7 +48,7 @@ class _Runtimes:
 def check_docker(ctx: Context):
     path = ctx.options.docker_config
     try:
-        data = _read_json(path)
+        data = read_json(path)
     except ConfigError as e:
         yield fail("runtime.docker", f"{e} (dockerd does not start with it)", f"correct {path}")
         return
@@ -70,7 +78,6 @@ def check_docker_gpus(ctx: Context):
         if not (os.path.exists(ctx.options.docker_config) or _which("dockerd", ctx.options.default_path)):
             yield info("runtime.docker-gpus", "no dockerd runs here and docker is not installed")
             return
-        from nvct.doctor import clipaths
 
         route, dirs = clipaths.on_this_node("docker", path_env=ctx.options.default_path,
                                             docker_socket=ctx.options.docker_socket,
@@ -134,8 +141,6 @@ def check_docker_gpus(ctx: Context):
 
 def _docker_route(ctx: Context, pid: int, path: str):
     """Which path docker run --gpus takes with this dockerd (None: its program cannot be read)."""
-    from nvct.doctor import clipaths
-
     binary = clipaths.exe(pid)
     if binary is None:
         return None
@@ -143,15 +148,11 @@ def _docker_route(ctx: Context, pid: int, path: str):
 
 
 def _docker_spec_dirs(ctx: Context) -> list[str]:
-    from nvct.doctor import clipaths
-
     return clipaths.docker_cdi(ctx.options.docker_config)[1]
 
 
 def _cdi_route(id: str, who: str, route, dirs: list[str], values: list[str]):
     """The CDI path: the names ``--gpus`` becomes must resolve in the engine's spec directories."""
-    from nvct.doctor import clipaths
-
     names = [n for v in values for n in clipaths.cdi_names(route.cli, v)]
     missing, have = clipaths.unresolved(names, dirs)
     example = f"{route.cli} run --gpus {values[0]}"
@@ -168,8 +169,6 @@ def _cdi_route(id: str, who: str, route, dirs: list[str], values: list[str]):
 def check_ctr_gpus(ctx: Context):
     """``ctr run --gpus`` (and nerdctl's): the client looks ``nvidia-container-cli`` up on its own PATH
     and hands the hook its own environment, whatever containerd's is: that of the shell this runs in."""
-    from nvct.oci import environ as hookenv
-
     # This shell's environment, with what nvct's front set aside for its own Python put back.
     environ = dict(ctx.options.env)
     environ.update((k, v) for k, v in hookenv.caller_environ().items() if k in hookenv.dropped)
@@ -177,7 +176,6 @@ def check_ctr_gpus(ctx: Context):
     if not path or not _which("ctr", path):
         yield info("runtime.ctr-gpus", "no ctr on this shell's PATH: ctr run --gpus is not used here")
         return
-    from nvct.doctor import clipaths
 
     route = clipaths.client_path("ctr", _which("ctr", path), path)
     if route.route == "cdi":  # containerd 2.3's ctr: CDI names, in containerd's spec directories
@@ -200,8 +198,6 @@ def check_ctr_gpus(ctx: Context):
 
 def check_nerdctl_gpus(ctx: Context):
     """``nerdctl run --gpus``: nvidia-container-cli on the caller's PATH, or CDI names (nerdctl 2.3)."""
-    from nvct.doctor import clipaths
-
     route, dirs = clipaths.on_this_node("nerdctl", path_env=ctx.options.env.get("PATH", ""))
     if route.route == "cdi":
         yield from _cdi_route("runtime.nerdctl-gpus", "nerdctl", route, dirs, ["all"])
@@ -214,8 +210,6 @@ def check_nerdctl_gpus(ctx: Context):
 
 def _fails_in(environ: dict[str, str], argv: list[str]) -> str | None:
     """The last line a program says when it fails, started with ``environ`` from ``/``; None if it runs."""
-    import subprocess
-
     try:
         done = subprocess.run(argv, env=environ, cwd="/", stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, errors="replace", timeout=30, check=False)
@@ -258,8 +252,6 @@ def _link_hook_fix(path: str) -> str:
 
 # --- containerd ---
 def check_containerd(ctx: Context):
-    from nvct.engines.containerd import config_version, plugin_name
-
     path = ctx.options.containerd_config
     try:
         main = _read_toml(path)
@@ -293,9 +285,6 @@ def check_containerd(ctx: Context):
 
 def _containerd_drift(path: str, files: list, found: _Runtimes):
     """A drop-in's copy of the CRI section that hides later edits of the main file."""
-    from nvct.engines.containerd import cri_drift, plugin_name
-    from nvct.engines.document import MISSING
-
     main, version = files[0][1], files[0][2]
     plugin = plugin_name(version)
     ours = {file for _, file in found.nvidia().values()}
@@ -434,25 +423,7 @@ def our_binary(name: str) -> str:
     return shutil.which(name) or f"/usr/bin/{name}"
 
 
-def _read_json(path: str):
-    from nvct.engines.engine import read_file
-
-    raw = read_file(path)
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw or b"{}")
-    except ValueError as e:
-        raise ConfigError(f"{path}: invalid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: not a JSON object")
-    return data
-
-
 def _read_toml(path: str):
-    from nvct.config.file import parse_toml
-    from nvct.engines.engine import read_file
-
     raw = read_file(path)
     return None if raw is None else parse_toml(raw, path)
 

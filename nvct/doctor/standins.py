@@ -13,20 +13,17 @@ from __future__ import annotations
 import os
 
 from nvct.doctor.model import Context, info, ok, warn
+from nvct.toolkit import standin
+from nvct.toolkit.uninstall import RUNTIMES
 
 
 def places(toolkit_dirs: tuple[str, ...]) -> list[str]:
     """Every stand-in in ``toolkit_dirs`` and at the package's runtime paths."""
-    from nvct.toolkit import standin
-    from nvct.toolkit.uninstall import RUNTIMES
-
     found = [p for d in toolkit_dirs for p in standin.standins(d)]
     return found + [p for p in RUNTIMES if p not in found and standin.is_standin(p)]
 
 
 def check_standins(ctx: Context):
-    from nvct.toolkit import standin
-
     dirs = tuple(os.path.abspath(d) for d in ctx.options.toolkit_dirs)
     found = places(dirs)
     if not found:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 
+from nvct.base.fileutil import write_atomic
+
 STATE_DIR_ENV = "NVCT_STATE_DIR"
 DEFAULT_STATE_DIR = "/var/lib/nvct"
 
@@ -22,8 +24,6 @@ def directory() -> str:
 
 def add(path: str, engine: str) -> None:
     """Remember that nvct configured ``engine``'s config at ``path``."""
-    from nvct.base.fileutil import write_atomic
-
     try:
         os.makedirs(directory(), mode=0o755, exist_ok=True)
         write_atomic(_entry(path), json.dumps({"engine": engine, "path": os.path.abspath(path)}) + "\n")

@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import sys
 
+from nvct.cli import main as nvct_main
+from nvct.programs.version import banner
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     prog = os.path.basename(sys.argv[0] or "nvidia-ctk-installer")
     if argv[:1] in (["--version"], ["-v"]):
-        from nvct.programs.version import banner
-
         sys.stdout.write(banner("nvidia-ctk-installer"))
         return 0
     flags = []
@@ -37,7 +38,6 @@ def main(argv: list[str] | None = None) -> int:
             flags.append(arg)
     if prog == "nvidia-toolkit":
         flags += os.environ.get("RUNTIME_ARGS", "").split()
-    from nvct.cli import main as nvct_main
 
     return nvct_main(["toolkit", "install", *flags])
 

@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 
 from nvct.base.errors import NvctError
+from nvct.simulate import native
 from nvct.simulate.manifest import CONFIG, GENERATOR, MANIFEST
 
 LIB = "/usr/lib/aarch64-linux-gnu/nvidia"
@@ -51,8 +52,6 @@ RELEASE = "# R36 (release), REVISION: 4.0, GCID: 00000000, BOARD: generic, EABI:
 
 def build_tegra_node(directory: str | os.PathLike, *, device_nodes: bool = True) -> dict:
     """Build the board at ``directory`` (absent, empty, or a previous one) and return its manifest."""
-    from nvct.simulate import native
-
     target = os.path.abspath(os.fspath(directory))
     if os.path.exists(target) and os.listdir(target):
         if not os.path.exists(os.path.join(target, MANIFEST)):

@@ -29,9 +29,11 @@ import os
 import shutil
 import sys
 
-from nvct.linux import elf
-from nvct.discover import ldcache
+from elftools.elf.elffile import ELFFile
+
 from nvct.base.errors import NvctError
+from nvct.discover import ldcache
+from nvct.linux import elf
 
 #: Standard-library parts nvct never imports and a node never needs (tests, GUIs, build tools).
 STDLIB_SKIP = ("test", "idlelib", "tkinter", "turtledemo", "turtle.py", "ensurepip", "lib2to3", "pydoc_data",
@@ -129,8 +131,6 @@ def _elf_files(root: str):
 
 def loader_of(program: str | None = None) -> str:
     """The image's ELF loader: the PT_INTERP of ``program`` (default: its Python)."""
-    from elftools.elf.elffile import ELFFile
-
     with open(os.path.realpath(program or sys.executable), "rb") as f:
         for segment in ELFFile(f).iter_segments():
             if segment["p_type"] == "PT_INTERP":

@@ -26,6 +26,10 @@ import shlex
 import shutil
 import stat
 
+from nvct.base.errors import NvctError
+from nvct.base.fileutil import remove_path
+from nvct.config.file import parse_toml
+
 #: The first line of every stand-in (how :func:`prune` knows one).
 MARK = "# nvct stand-in:"
 #: What a stand-in says to a create (on stderr, and in runc's ``--log`` for the engine to show).
@@ -141,8 +145,6 @@ def remove_toolkit(root: str, wrappers: list[str], runtimes: list[str], log) -> 
 
     Returns the stand-ins left (none when no process names a wrapper: the directory goes whole).
     """
-    from nvct.base.fileutil import remove_path
-
     needed = referencing(wrappers)
     if not needed:
         shutil.rmtree(root)
@@ -215,9 +217,6 @@ def _dq(value: str) -> str:
 
 def config_runtimes(config: str, default: tuple = ("runc", "crun")) -> list[str]:
     """``nvidia-container-runtime.runtimes`` of the config at ``config`` (``default`` when unreadable)."""
-    from nvct.config.file import parse_toml
-    from nvct.base.errors import NvctError
-
     try:
         with open(config, "rb") as f:
             found = parse_toml(f.read(), config).get("nvidia-container-runtime", {}).get("runtimes")

@@ -33,6 +33,12 @@ import socket
 import sys
 import time
 
+from nvct import engines as runtimes
+from nvct.base.errors import NvctError
+from nvct.engines import configured
+from nvct.engines.docker import dockerd_pid
+from nvct.toolkit import standin
+
 #: Programs the package installs that other configs name (matched as whole paths).
 PROGRAMS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime.cdi",
             "/usr/bin/nvidia-container-runtime.legacy", "/usr/bin/nvidia-container-runtime-hook", "/usr/bin/nvct",
@@ -60,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"replaced by {replacement}, which provides the same programs: engine configs and CDI specs "
              "are left as they are")
         return 0
-    from nvct.engines import configured
 
     dockers = [path for engine, path in configured.entries() if engine == "docker"]
     for line in undo_configured() + remove_generated_specs() + leftovers() + reload_dockerd(dockers) + \
@@ -71,10 +76,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def undo_configured() -> list[str]:
     """Unconfigure every config nvct configured; one line per config."""
-    from nvct import engines as runtimes
-    from nvct.base.errors import NvctError
-    from nvct.engines import configured
-
     lines = []
     for engine, path in configured.entries():
         if not os.path.exists(runtimes.record_path(path)):
@@ -161,8 +162,6 @@ def reload_dockerd(configs: list[str]) -> list[str]:
     it is reloaded only when the file makes the default a runtime that stays; otherwise one line
     says to restart it. ``$DOCKER_HOST`` (unix://) names its socket, as for the docker client.
     """
-    from nvct.engines.docker import dockerd_pid
-
     host = os.environ.get("DOCKER_HOST", "")
     sock = host[len("unix://"):] if host.startswith("unix://") else "/var/run/docker.sock"
     pid, _ = dockerd_pid(sock, "/var/run/docker.pid")
@@ -255,8 +254,6 @@ def _docker_get(sock: str, path: str) -> dict:
 
 def leave_standins() -> list[str]:
     """Stand-ins for the runtime programs running containers still name, for postrm to put in place."""
-    from nvct.toolkit import standin
-
     needed = standin.referencing(list(RUNTIMES))
     if not needed:
         return []
