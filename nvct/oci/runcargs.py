@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from nvct.base.record import Record
+
 #: runc/crun global flags that take a value (``--flag value`` or ``--flag=value``; runc, through
 #: Go's flag package, takes one dash as well as two for every name).
 _GLOBAL_VALUE_FLAGS = {"root", "log", "log-format", "criu", "rootless", "cgroup-manager"}
@@ -14,21 +16,16 @@ _GLOBAL_VALUE_FLAGS = {"root", "log", "log-format", "criu", "rootless", "cgroup-
 _CREATE_VALUE_FLAGS = {"bundle", "b", "console-socket", "pid-file", "preserve-fds"}
 
 
-class RuncArgs:
-    """What nvct needs from the command line (a plain class: dataclasses cost ~7 ms to import)."""
+class RuncArgs(Record):
+    """What nvct needs from the command line."""
 
     __slots__ = ("subcommand", "bundle", "container_id", "log", "log_format")
-
-    def __init__(self, subcommand: str | None, bundle: str | None = None, container_id: str | None = None,
-                 log: str | None = None, log_format: str | None = None):
-        self.subcommand = subcommand
-        self.bundle = bundle
-        self.container_id = container_id
-        self.log = log
-        self.log_format = log_format
-
-    def __repr__(self) -> str:
-        return f"RuncArgs({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
+    _defaults = {"bundle": None, "container_id": None, "log": None, "log_format": None}
+    subcommand: str | None
+    bundle: str | None
+    container_id: str | None
+    log: str | None
+    log_format: str | None
 
 
 def parse(argv: list[str], cwd: str | None = None) -> RuncArgs:

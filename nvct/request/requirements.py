@@ -24,6 +24,7 @@ written for a newer toolkit keep running.
 from __future__ import annotations
 
 from nvct.base.errors import RequirementError
+from nvct.base.record import Record
 
 TYPE_CHECKING = False  # no re, dataclasses or typing: every GPU container start imports this
 if TYPE_CHECKING:
@@ -67,22 +68,14 @@ _UPDATE_HINT = ", please update your driver to a newer version, or use an earlie
 _TRUE = frozenset({"1", "t", "true", "yes", "on"})
 
 
-class DriverFacts:
+class DriverFacts(Record):
     """What the host offers; ``None`` means unknown (its conditions hold)."""
 
     __slots__ = ("cuda", "driver", "devices")
-
-    def __init__(self, cuda: str | None = None, driver: str | None = None,
-                 devices: list[Device] | None = None):
-        self.cuda = cuda  # "12.4"
-        self.driver = driver  # "550.54.15"
-        self.devices = devices if devices is not None else []  # the visible ones
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, DriverFacts) and _fields(self) == _fields(other)
-
-    def __repr__(self) -> str:
-        return f"DriverFacts(cuda={self.cuda!r}, driver={self.driver!r}, devices={self.devices!r})"
+    _defaults = {"cuda": None, "driver": None, "devices": ()}
+    cuda: str | None  # "12.4"
+    driver: str | None  # "550.54.15"
+    devices: Sequence[Device]  # the visible ones
 
 
 
@@ -101,22 +94,13 @@ def driver_facts(driver: Driver, gpus: list[Gpu], need_cuda: bool, need_devices:
     return DriverFacts(cuda=cuda, driver=driver.version, devices=devices)
 
 
-class Condition:
+class Condition(Record):
     """One ``property op value`` test; ``str()`` gives its canonical text."""
 
     __slots__ = ("prop", "op", "value")
-
-    def __init__(self, prop: str, op: str, value: str):
-        self.prop, self.op, self.value = prop, op, value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Condition) and _fields(self) == _fields(other)
-
-    def __hash__(self) -> int:
-        return hash(_fields(self))
-
-    def __repr__(self) -> str:
-        return f"Condition(prop={self.prop!r}, op={self.op!r}, value={self.value!r})"
+    prop: str
+    op: str
+    value: str
 
     def __str__(self) -> str:
         return f"{self.prop}{self.op}{self.value}" if self.op else self.value
@@ -143,22 +127,11 @@ class Condition:
         return _compare(mine, self.op, _version_key(self.value))
 
 
-class Requirement:
+class Requirement(Record):
     """A parsed expression: alternatives, each a tuple of conditions."""
 
     __slots__ = ("alternatives",)
-
-    def __init__(self, alternatives: tuple[tuple[Condition, ...], ...]):
-        self.alternatives = alternatives
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Requirement) and self.alternatives == other.alternatives
-
-    def __hash__(self) -> int:
-        return hash(self.alternatives)
-
-    def __repr__(self) -> str:
-        return f"Requirement(alternatives={self.alternatives!r})"
+    alternatives: tuple[tuple[Condition, ...], ...]
 
     def __str__(self) -> str:
         return " ".join(",".join(map(str, alt)) for alt in self.alternatives)
@@ -182,10 +155,6 @@ class Requirement:
         if not self.alternatives:
             return True
         return any(all(c.holds(facts, device) for c in alt) for alt in self.alternatives)
-
-
-def _fields(obj) -> tuple:
-    return tuple(getattr(obj, name) for name in obj.__slots__)
 
 
 def parse(expr: str, *, name: str = "NVIDIA_REQUIRE_CUDA") -> Requirement:
