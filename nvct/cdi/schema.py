@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from nvct.request import cdinames as names
 from nvct.cdi import version
+from nvct.base.record import Record
 from nvct.cdi.version import EARLIEST
 
 TYPE_CHECKING = False  # typing costs an import on every CDI container start
@@ -27,20 +28,18 @@ class Invalid(Exception):
     """A spec breaks a rule; the message says where (``devices[2].name``) and why."""
 
 
-class _Field:
+class _Field(Record):
     """One field: its type (str int64 uint32 bool strs uint32s map obj objs), the first
     version with it, the first without it, its sub-fields, and whether it needs
     ``since`` whenever present (Go pointers) rather than only when set."""
 
     __slots__ = ("type", "since", "until", "fields", "needs_when_present")
-
-    def __init__(self, type: str, since: str = EARLIEST, until: str | None = None,
-                 fields: Mapping[str, _Field] | None = None, needs_when_present: bool = False):
-        self.type = type
-        self.since = since
-        self.until = until
-        self.fields = fields
-        self.needs_when_present = needs_when_present
+    _defaults = {"since": EARLIEST, "until": None, "fields": None, "needs_when_present": False}
+    type: str
+    since: str
+    until: str | None
+    fields: Mapping[str, _Field] | None
+    needs_when_present: bool
 
 
 _NODE = {
@@ -103,14 +102,12 @@ SPEC = {
 }
 
 
-class Need:
+class Need(Record):
     """A version bound and the field (or name) that sets it."""
 
     __slots__ = ("version", "where")
-
-    def __init__(self, version: str, where: str):
-        self.version = version
-        self.where = where
+    version: str
+    where: str
 
 
 class _Bounds:

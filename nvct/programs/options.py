@@ -11,6 +11,7 @@ and gettext, which every container start would pay for.
 from __future__ import annotations
 
 from nvct.base.errors import NvctError
+from nvct.base.record import Record
 
 NO, YES, OPTIONAL = 0, 1, 2
 
@@ -19,14 +20,15 @@ class UsageError(NvctError):
     """A bad command line: one line naming the option at fault."""
 
 
-class Option:
-    __slots__ = ("name", "short", "arg", "repeat")
+class Option(Record):
+    """One option: its long name, short letter, whether it takes a value (NO, YES, OPTIONAL), repeatable."""
 
-    def __init__(self, name: str, short: str | None = None, arg: int = NO, repeat: bool = False):
-        self.name = name
-        self.short = short
-        self.arg = arg
-        self.repeat = repeat
+    __slots__ = ("name", "short", "arg", "repeat")
+    _defaults = {"short": None, "arg": NO, "repeat": False}
+    name: str
+    short: str | None
+    arg: int
+    repeat: bool
 
 
 def parse(argv: list[str], options: list[Option], *, in_order: bool = False) -> tuple[dict, list[str]]:
