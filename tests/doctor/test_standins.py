@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from nvct import doctor
 from nvct.toolkit import standin
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries
 from tests.support.gpu_runs import SHIM, VENV_BIN, need_runtime
+from tests.support.proc import wait_for
 
 from .nodes import GpuNode, by_id
 
@@ -88,10 +88,8 @@ def test_a_needed_stand_in_is_info_and_a_stale_one_is_pruned(tmp_path, busybox_i
 
         # the container can still be stopped and deleted through the stand-in, which then goes
         containerd.ctr(["task", "kill", "-s", "KILL", cid]).check()
-        deadline = time.monotonic() + 30
-        while not _stopped(containerd, cid):
-            assert time.monotonic() < deadline, containerd.ctr(["task", "ls"]).stdout
-            time.sleep(0.05)
+        wait_for(lambda: _stopped(containerd, cid), f"task {cid} stopped",
+                 detail=lambda: containerd.ctr(["task", "ls"]).stdout)
         containerd.ctr(["task", "rm", cid]).check()
         containerd.ctr(["container", "rm", cid]).check()
     assert not os.path.exists(toolkit)

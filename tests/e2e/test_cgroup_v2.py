@@ -19,6 +19,7 @@ import pytest
 from tests.e2e.conftest import HOOK, PATH_ENV, VENV_BIN, expected_nodes, node_config
 from tests.support.bundle import edit_config, make_bundle
 from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries, need_root, need_rootfs_tools
+from tests.support.proc import wait_until
 from tests.support.runtimes import RUNTIMES, run_container
 
 pytestmark = pytest.mark.containers
@@ -111,11 +112,13 @@ def _assert_nothing_left(cid: str) -> None:
     from nvct.linux.namespaces import mounts
 
     find = [*V2_RUNC[:-1], "/bin/sh", "-c", f"find /sys/fs/cgroup -name '{cid}*'"]
-    for _ in range(50):  # docker removes the container after its client returns, and
-        proc = subprocess.run(find, capture_output=True, text=True)  # the kernel frees
-        if proc.returncode == 0 and not proc.stdout.strip() and not bpf.loaded_named("nvct_devices"):
-            break  # programs after an RCU grace period
-        time.sleep(0.1)
+    def gone() -> bool:
+        proc = subprocess.run(find, capture_output=True, text=True)
+        return proc.returncode == 0 and not proc.stdout.strip() and not bpf.loaded_named("nvct_devices")
+
+    # docker removes the container after its client returns, and the kernel frees programs after an RCU grace period
+    wait_until(gone, 5, 0.1)
+    proc = subprocess.run(find, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "", proc
     assert not bpf.loaded_named("nvct_devices")
     for bpffs in (m.mount_point for m in mounts() if m.fstype == "bpf"):

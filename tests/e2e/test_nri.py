@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
 
@@ -23,7 +22,7 @@ from tests.e2e.conftest import expected_nodes
 from tests.support.cri import CriError, PodConfig, read_cri_log
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, K8S_NAMESPACE
 from tests.support.noderoot import CRI_RUNTIME, SCRIPTS, NodeContainerd, NodeRoot, entered_node_root
-from tests.support.proc import Result, stop_pid, unique_id
+from tests.support.proc import Result, stop_pid, unique_id, wait_for
 from tests.toolkit.installer import VENV_BIN, Installer
 
 pytestmark = pytest.mark.containers
@@ -185,10 +184,8 @@ def test_an_unknown_device_fails_the_container(nri):
 def test_the_plugin_registers_again_after_containerd_restarts(nri, sim_node):
     before = nri.installer.log().count("NRI: registered as")
     nri.restart()
-    deadline = time.monotonic() + 30
-    while nri.installer.log().count("NRI: registered as") == before:
-        assert time.monotonic() < deadline, nri.installer.log() + nri.log_tail()
-        time.sleep(0.1)
+    wait_for(lambda: nri.installer.log().count("NRI: registered as") > before, "the plugin registered again",
+             detail=lambda: nri.installer.log() + nri.log_tail())
     assert nri.installer.proc.poll() is None
     result = run_pod(nri, "default", {ANNOTATION: "nvidia.com/gpu=1"})
     assert nodes(result) == expected_nodes(sim_node, [1]), result.describe() + nri.log_tail()

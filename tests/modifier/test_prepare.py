@@ -20,6 +20,7 @@ from nvct.request import container as request_mod
 from nvct.discover.driver import Driver
 from nvct.edits.model import Mount
 from nvct.linux.namespaces import in_private_mount_namespace
+from tests.support.proc import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the image's ld cache by ldconfig -r, mounts)")
 
@@ -177,13 +178,23 @@ def _mask(root, source=None, state=STATE) -> subprocess.CompletedProcess:
                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
 
+def _syscall(pid: int) -> list[str]:
+    """The syscall ``pid`` is blocked in, and its arguments (empty if it has gone)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
 def test_the_mask_script_reads_the_whole_state_before_it_exits(tmp_path):
     """crun fails a start whose hook exits before it has written the state (seen as exit code -33)."""
     (tmp_path / "root/proc").mkdir(parents=True)
     proc = subprocess.Popen(_hook(tmp_path / "root"), stdin=subprocess.PIPE)
-    import time
-
-    time.sleep(0.2)  # the script has had all the time it needs to exit early
+    # Until it has exited early or waits in a read of its stdin (syscall 0 on x86-64, 63 on arm64, fd 0).
+    read = {"x86_64": "0", "aarch64": "63"}[os.uname().machine]
+    wait_for(lambda: proc.poll() is not None or _syscall(proc.pid)[:2] == [read, "0x0"],
+             "the hook exits or reads the state")
     proc.stdin.write(STATE.encode() * 1000)  # more than any pipe buffer: only a reader takes it
     proc.stdin.close()
     assert proc.wait(timeout=10) == 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import pytest
 
@@ -56,7 +55,7 @@ class FakeSystemd:
             if self.asked.exists() and not self.done.exists():
                 self.containerd.restart()
                 self.done.touch()
-            time.sleep(0.05)
+            self._stop.wait(0.05)  # polls for the request file until stopped
 
     def restarts(self) -> list[str]:
         return self.record.read_text().splitlines() if self.record.exists() else []

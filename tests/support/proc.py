@@ -289,3 +289,21 @@ def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+def wait_for(predicate, what: str, timeout: float = 30, interval: float = 0.05, detail=None):
+    """Poll ``predicate`` until it returns something true, and return that; the synchronisation of tests.
+
+    Fails the test with ``what`` (and ``detail()``, e.g. a daemon's log, when given) if
+    ``timeout`` seconds pass first. Never a sleep of a guessed length in its place.
+    """
+    value = None
+
+    def _holds():
+        nonlocal value
+        value = predicate()
+        return value
+
+    if wait_until(_holds, timeout, interval):
+        return value
+    raise AssertionError(f"{what}: not within {timeout:g} s" + (f"\n{detail()}" if detail else ""))

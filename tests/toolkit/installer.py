@@ -9,6 +9,7 @@ import sys
 import time
 
 from nvct.toolkit import READY_MESSAGE
+from tests.support.proc import wait_until
 
 VENV_BIN = os.path.dirname(sys.executable)
 NVCT = os.path.join(VENV_BIN, "nvct")
@@ -44,13 +45,11 @@ class Installer:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-        while READY_MESSAGE not in self.log():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the installer exited with {self.proc.returncode}: {self.log()}")
-            if time.monotonic() - start > timeout:
-                self.kill()
-                raise AssertionError(f"the installer was not ready after {timeout}s: {self.log()}")
-            time.sleep(0.05)
+        if not wait_until(lambda: READY_MESSAGE in self.log() or self.proc.poll() is not None, timeout):
+            self.kill()
+            raise AssertionError(f"the installer was not ready after {timeout}s: {self.log()}")
+        if READY_MESSAGE not in self.log():
+            raise AssertionError(f"the installer exited with {self.proc.returncode}: {self.log()}")
         self.ready_after = time.monotonic() - start
         return self
 

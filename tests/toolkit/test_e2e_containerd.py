@@ -18,7 +18,7 @@ import pytest
 from tests.e2e.conftest import expected_nodes
 from tests.support.containerd import CONTAINERD, CTR, K8S_NAMESPACE, RUNC, Containerd
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root
-from tests.support.proc import read_pidfile, start_daemon, stop_pid
+from tests.support.proc import read_pidfile, start_daemon, stop_pid, wait_for
 from tests.toolkit.installer import Installer, node_flags
 
 pytestmark = pytest.mark.containers
@@ -38,11 +38,9 @@ class RestartableContainerd(Containerd):
         self._proc = start_daemon(
             ["/bin/sh", "-c", 'echo $$ > "$1"; exec "$2" --config "$3"', "sh",
              self.pidfile, CONTAINERD, self.config_file], env=self.env, log_path=self.log_path)
-        deadline = time.monotonic() + timeout
-        while not self.ctr(["version"], timeout=10).ok:
-            assert self._proc.poll() is None, f"containerd exited: {self.log_tail()}"
-            assert time.monotonic() < deadline, f"containerd not ready: {self.log_tail()}"
-            time.sleep(0.05)
+        wait_for(lambda: self._proc.poll() is not None or self.ctr(["version"], timeout=10).ok,
+                 "containerd ready", timeout, detail=self.log_tail)
+        assert self._proc.poll() is None, f"containerd exited: {self.log_tail()}"
         self.pid = read_pidfile(self.pidfile)
 
 

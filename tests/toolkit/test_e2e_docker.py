@@ -17,6 +17,7 @@ import pytest
 
 from tests.e2e.conftest import expected_nodes
 from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries, need_root
+from tests.support.proc import wait_for
 from tests.toolkit.installer import Installer, node_flags
 
 pytestmark = pytest.mark.containers
@@ -39,6 +40,13 @@ def _info(dockerd) -> tuple[set, str]:
     out = dockerd.docker(["info", "--format", "{{json .Runtimes}} {{json .DefaultRuntime}}"]).check().stdout
     names, _, default = out.strip().partition(" ")
     return set(json.loads(names)), json.loads(default)
+
+
+def _reloads(dockerd) -> int:
+    """How many SIGHUPs dockerd has handled, by its log (a reload that panics ends the process instead)."""
+    with open(dockerd.log_path, errors="replace") as f:
+        log = f.read()
+    return log.count("Reloaded configuration: ") + log.count("Error reconfiguring the daemon: ")
 
 
 def test_installer_life_with_dockerd(dockerd, sim_node, tmp_path):
@@ -87,8 +95,10 @@ def test_installer_life_with_dockerd(dockerd, sim_node, tmp_path):
     names, default = _info(dockerd)
     assert not names & {"nvidia", "nvidia-cdi", "nvidia-legacy"} and default == "runc", installer.log()
     # dockerd 20.10 panics at a reload whose runtimes lack the default it kept: it must not have kept one.
+    reloads = _reloads(dockerd)
     os.kill(dockerd.pid, signal.SIGHUP)
-    time.sleep(0.5)
+    wait_for(lambda: _reloads(dockerd) > reloads or dockerd._proc.poll() is not None, "dockerd's reload",
+             detail=dockerd.log_tail)
     assert dockerd.run(["--rm", BUSYBOX_IMAGE, "true"]).rc == 0, dockerd.log_tail()
     print(f"\ninstaller ready after {installer.ready_after:.2f}s; first GPU container {first_run:.2f}s; "
           f"SIGTERM to exit {cleanup:.2f}s")

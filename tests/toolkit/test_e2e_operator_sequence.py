@@ -15,12 +15,12 @@ import glob
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from tests.support.containerd import CONTAINERD, CTR, RUNC
 from tests.support.fixtures import BUSYBOX_IMAGE, BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root
+from tests.support.proc import wait_for
 from tests.toolkit.installer import VENV_BIN, Installer, node_flags
 from tests.toolkit.test_e2e_containerd import RestartableContainerd
 
@@ -59,14 +59,11 @@ def _no_systemd(tmp_path) -> str:
 
 
 def _wait_stopped(containerd, cid: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def stopped() -> bool:
         tasks = containerd.ctr(["task", "ls"]).check().stdout
-        line = next((l for l in tasks.splitlines() if l.split()[:1] == [cid]), "")
-        if "STOPPED" in line:
-            return
-        assert time.monotonic() < deadline, f"{cid} did not stop: {tasks}"
-        time.sleep(0.05)
+        return "STOPPED" in next((l for l in tasks.splitlines() if l.split()[:1] == [cid]), "")
+
+    wait_for(stopped, f"{cid} stopped", timeout, detail=lambda: containerd.ctr(["task", "ls"]).stdout)
 
 
 def test_the_operators_day_two_with_containerd(containerd, sim_node, tmp_path):
@@ -160,10 +157,8 @@ def test_a_gpu_container_outlives_the_installer_under_docker(dockerd, sim_node, 
     # docker kill goes through the runtime the shim recorded (docker stop would fall back to a
     # direct SIGKILL after its timeout, and its rm then leaves the task and runc's state behind)
     dockerd.docker(["kill", cid]).check()
-    deadline = time.monotonic() + 20
-    while dockerd.docker(["inspect", "-f", "{{.State.Running}}", cid]).check().stdout.strip() != "false":
-        assert time.monotonic() < deadline, f"docker kill did not stop {cid}: {dockerd.log_tail()}"
-        time.sleep(0.05)
+    wait_for(lambda: dockerd.docker(["inspect", "-f", "{{.State.Running}}", cid]).check().stdout.strip() == "false",
+             f"docker kill stopped {cid}", 20, detail=dockerd.log_tail)
     dockerd.docker(["rm", cid]).check()
     assert not os.path.exists(os.path.join(dockerd.exec_root, "runtime-runc", "moby", cid)), dockerd.log_tail()
     assert not os.path.exists(installer.toolkit)  # the stand-in went with its last container

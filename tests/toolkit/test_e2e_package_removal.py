@@ -9,7 +9,6 @@ still work (a stand-in took its place), and the stand-in goes with the container
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from tests.packaging.test_deb import deb  # noqa: F401 - the built package, a fi
 from tests.packaging.test_deb import _apt, _installed, _skip_if_this_machine_has_nvct_or_the_toolkit, needs_root_and_apt
 from tests.support.containerd import CONTAINERD, CTR, RUNC, Containerd
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries
+from tests.support.proc import wait_for
 
 pytestmark = pytest.mark.containers
 
@@ -37,11 +37,9 @@ def test_a_container_on_the_packaged_runtime_outlives_the_purge(deb, busybox_ima
         assert "nvct: /usr/bin/nvidia-container-runtime: a stand-in takes its place for the containers still " \
                "running on it" in purge.stdout, purge.describe()
         containerd.ctr(["task", "kill", "-s", "KILL", cid]).check()
-        deadline = time.monotonic() + 30
-        while "STOPPED" not in next((l for l in containerd.ctr(["task", "ls"]).check().stdout.splitlines()
-                                     if l.startswith(cid)), ""):
-            assert time.monotonic() < deadline, containerd.ctr(["task", "ls"]).stdout
-            time.sleep(0.05)
+        wait_for(lambda: "STOPPED" in next((l for l in containerd.ctr(["task", "ls"]).check().stdout.splitlines()
+                                            if l.startswith(cid)), ""),
+                 f"task {cid} stopped", detail=lambda: containerd.ctr(["task", "ls"]).stdout)
         containerd.ctr(["task", "rm", cid]).check()
         containerd.ctr(["container", "rm", cid]).check()
         assert not os.path.lexists(RUNTIME) and not os.path.lexists("/run/nvct-standins")
