@@ -480,7 +480,7 @@ def _copy_old(src: str, dst: str) -> str:
     return dst
 
 
-def _reference_config(node: dict, work: str, bindir: str, mode: str) -> str:
+def _reference_config(node: dict, work: str, bindir: str, mode: str, spec_dir: str = "/etc/cdi") -> str:
     """The reference's default config.toml for ``mode`` on ``node``: its programs, the node's driver
     root, plain runc; ``load-kmods`` off (no module to load on a simulated node); ``cuda-compat-mode``
     empty (the hook of v1.20 passes ``--cuda-compat-mode`` to libnvidia-container, which knows it
@@ -493,7 +493,8 @@ def _reference_config(node: dict, work: str, bindir: str, mode: str) -> str:
                      ('runtimes = ["docker-runc", "runc", "crun"]', f'runtimes = ["{RUNC}"]'),
                      ('cuda-compat-mode = "ldconfig"', 'cuda-compat-mode = ""'),
                      ('path = "nvidia-container-runtime-hook"', f'path = "{bindir}/nvidia-container-runtime-hook"'),
-                     ('path = "nvidia-ctk"', f'path = "{bindir}/nvidia-ctk"')):
+                     ('path = "nvidia-ctk"', f'path = "{bindir}/nvidia-ctk"'),
+                     ('spec-dirs = ["/etc/cdi", "/var/run/cdi"]', f'spec-dirs = ["{spec_dir}"]')):
         assert old in text, old
         text = text.replace(old, new, 1)
     path = os.path.join(work, f"reference-{mode}.toml")
@@ -557,9 +558,18 @@ def _reference_cases(node: dict, work: str, bindir: str, env: dict) -> dict[str,
     from tests.support.rootfs import make_rootfs
 
     legacy = _reference_config(node, work, bindir, "legacy")
+    spec_dir = _mkdir(os.path.join(work, "reference-cdi"))
+    subprocess.run([f"{bindir}/nvidia-ctk", "cdi", "generate", "--quiet", "--driver-root", node["roots"]["driver_root"],
+                    "--dev-root", node["roots"]["dev_root"], "--nvidia-cdi-hook-path", f"{bindir}/nvidia-cdi-hook",
+                    "--output", os.path.join(spec_dir, "nvidia.yaml")], check=True, env={"PATH": "/usr/bin:/bin"})
+    cdi = _reference_config(node, work, bindir, "cdi", spec_dir)
+    configs = {"reference_jit-cdi_8gpu": _reference_config(node, work, bindir, "jit-cdi"), "reference_cdi_8gpu": cdi}
     cases = {}
     for name, argv, gpu, hook in (("runc_prochook", [RUNC], True, None),
                                   ("reference_legacy_8gpu", [f"{bindir}/nvidia-container-runtime"], True, None),
+                                  ("reference_jit-cdi_8gpu", [f"{bindir}/nvidia-container-runtime"], True, None),
+                                  ("reference_cdi_8gpu", [f"{bindir}/nvidia-container-runtime"], "nvidia.com/gpu=all",
+                                   None),
                                   ("reference_gpus-hook_8gpu", [RUNC], True,
                                    {"path": f"{bindir}/nvidia-container-runtime-hook",
                                     "args": ["nvidia-container-runtime-hook", "prestart"],
@@ -569,9 +579,9 @@ def _reference_cases(node: dict, work: str, bindir: str, env: dict) -> dict[str,
         rootfs = make_rootfs(work, name=f"rootfs-{name}")
         hooks = [_proc_hook(node, rootfs, work)] if gpu else []
         bundle = make_bundle(os.path.join(work, name), rootfs, ["true"],
-                             env=["NVIDIA_VISIBLE_DEVICES=all"] if gpu else [],
+                             env=[f"NVIDIA_VISIBLE_DEVICES={gpu if isinstance(gpu, str) else 'all'}"] if gpu else [],
                              hooks={"prestart": hooks + ([hook] if hook else [])} if hooks else None)
-        cases[name] = Case(argv, bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=legacy))
+        cases[name] = Case(argv, bundle, dict(env, NVIDIA_CTK_CONFIG_FILE_PATH=configs.get(name, legacy)))
     return cases
 
 
