@@ -64,6 +64,17 @@ class Config(keys.Settings):
         self._env = os.environ if env is None else env
         self._validate()
 
+    def overridden(self, values: Mapping[keys.Key, object]) -> Config:
+        """A copy with each row of ``values`` set to its value: a program's flags over the file."""
+        data = _copy(self.data)
+        for row, value in values.items():
+            *tables, name = row.name.split(".")
+            node = data
+            for table in tables:
+                node = node.setdefault(table, {})
+            node[name] = value
+        return Config(data, self.path, self._env)
+
     def get(self, dotted: str, default: object = None) -> object:
         """Look a key up by its dotted path, e.g. ``nvidia-container-runtime.mode``."""
         node: object = self.data

@@ -98,19 +98,16 @@ def main(argv: list[str] | None = None) -> int:
 # --- shared ---------------------------------------------------------------
 
 def _config(values: dict, overrides: dict | None = None):
-    """nvct's config with the global flags applied (``--root``, ``--ldcache``, ``--load-kmods``)."""
+    """nvct's config with the global flags (``--root``, ``--ldcache``, ``--load-kmods``) and a
+    command's own (``overrides``: rows of the key table -> values) applied."""
     from nvct.config import file as config_mod
+    from nvct.config.keys import Settings as S
 
-    base = config_mod.load()
-    cli: dict = {"load-kmods": bool(values.get("load-kmods"))}
-    if values.get("root"):
-        cli["root"] = values["root"]
-    if values.get("ldcache"):
-        cli["ldcache"] = values["ldcache"]
-    if values.get("debug"):
-        cli["debug"] = values["debug"]
-    data = config_mod._merge(config_mod._copy(base.data), {"nvidia-container-cli": cli, **(overrides or {})})
-    config = config_mod.Config(data, base.path)
+    flags: dict = {S.cli_load_kmods: bool(values.get("load-kmods"))}
+    for name, row in (("root", S.cli_root), ("ldcache", S.cli_ldcache), ("debug", S.cli_debug)):
+        if values.get(name):
+            flags[row] = values[name]
+    config = config_mod.load().overridden({**flags, **(overrides or {})})
     if values.get("debug"):
         from nvct.base import log
 
@@ -319,9 +316,11 @@ def _configure(values: dict, argv: list[str]) -> int:
     if not rootfs.startswith("/") or os.path.normpath(rootfs) == "/":
         raise UsageError(f"configure: invalid rootfs directory {rootfs!r}")
     pid = _pid(opts.get("pid"))
-    overrides: dict = {"nvidia-container-cli": {"no-cgroups": "no-cgroups" in opts}}
+    from nvct.config.keys import Settings as S
+
+    overrides: dict = {S.cli_no_cgroups: "no-cgroups" in opts}
     if opts.get("ldconfig"):
-        overrides["nvidia-container-cli"]["ldconfig"] = opts["ldconfig"]
+        overrides[S.cli_ldconfig] = opts["ldconfig"]
     mode = opts.get("cuda-compat-mode")
     if "no-cntlibs" in opts:
         mode = "disabled"
@@ -329,7 +328,7 @@ def _configure(values: dict, argv: list[str]) -> int:
         if mode not in _COMPAT_MODES:
             raise UsageError(f"configure: invalid --cuda-compat-mode {mode!r} "
                              f"(expected one of {', '.join(_COMPAT_MODES)})")
-        overrides["nvidia-container-runtime"] = {"modes": {"legacy": {"cuda-compat-mode": _COMPAT_MODES[mode]}}}
+        overrides[S.legacy_cuda_compat_mode] = _COMPAT_MODES[mode]
     config = _config(values, overrides)
     request = configure_request(opts)
     from nvct.modifier import legacy as realize

@@ -164,3 +164,23 @@ def test_list_mig_files_follow_list_c(sim_node):
     assert [p for p in config if p.startswith(caps)] == [f"{caps}/mig/config", f"{caps}/gpu{gpu['minor']}/mig"]
     refused = run_cli(sim_node, "list", f"--device={gpu['index']}:0", "--mig-monitor=all")
     assert refused.returncode == 1 and "cannot be used with specific MIG devices selected" in refused.stderr
+
+
+def test_configure_keeps_the_global_flags_beside_its_own(tmp_path, monkeypatch):
+    """``--root R --ldcache L configure --no-cgroups --ldconfig=@X ROOTFS`` (a driver container's
+    root, as enroot or containerd's oci-hook pass it): configure's own flags once replaced the
+    global ones, so the driver was looked for under the config's root, and ``--load-kmods`` absent
+    loaded the modules anyway (the config's default)."""
+    from nvct.modifier import legacy as realize
+
+    seen = {}
+    monkeypatch.setattr(realize, "legacy", lambda request, config, *a, **k: seen.setdefault("config", config))
+    monkeypatch.setenv("NVIDIA_CTK_CONFIG_FILE_PATH", str(tmp_path / "absent.toml"))  # the built-in defaults
+    argv = ["--root", "/run/nvidia/driver", "--ldcache", "/run/nvidia/driver/etc/ld.so.cache", "configure",
+            "--no-cgroups", "--ldconfig=@/sbin/ldconfig.real", "--no-cntlibs", "--pid=1", "/r"]
+    assert container_cli.main(argv) == 0
+    config = seen["config"]
+    assert (config.driver_root, config.cli_ldcache) == ("/run/nvidia/driver", "/run/nvidia/driver/etc/ld.so.cache")
+    assert config.cli_load_kmods is False  # not asked for on the command line
+    assert (config.cli_no_cgroups, config.cli_ldconfig) == (True, "@/sbin/ldconfig.real")
+    assert config.legacy_cuda_compat_mode == "disabled"
