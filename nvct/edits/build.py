@@ -259,16 +259,6 @@ def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None 
     return steps
 
 
-def join_steps(steps: list[list[str]]) -> list[str]:
-    """Steps written as argv lists (nvct.edits.wsl, csvmode) as ``nvct hook chain`` arguments."""
-    out: list[str] = []
-    for step in steps:
-        if out:
-            out.append("--")
-        out.extend(step)
-    return out
-
-
 def gated_edits(driver: Driver, feature: str) -> ContainerEdits:
     globs, files = GATED[feature]
     why = f"NVIDIA_{feature.upper()}=enabled"

@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.edits.model import ContainerEdits, DeviceNode, Hook, Mount
+from nvct.edits import steps as kinds
+from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Mount
 from nvct.base.errors import ConfigError
 from nvct.config.keys import Settings
 
@@ -162,18 +163,15 @@ def container_edits(driver: Driver, files, *, hook_path: str, ldconfig: str | No
         if os.path.isfile(host) and not os.path.islink(host) and (not path.startswith("/sys/") or
                                                                   os.path.isfile(path)):
             edits.mounts.append(Mount(host, path, "bind", _RO, reason="Tegra system file"))
-    steps: list[list[str]] = []
+    steps: list[kinds.Step] = []
     links = list(dict.fromkeys(links))
     if links:
-        steps.append(["create-symlinks"] + [a for link in links for a in ("--link", link)])
+        steps.append(kinds.CreateSymlinks(tuple(tuple(link.split("::", 1)) for link in links)))
     if folders:
-        steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)]
-                     + [a for e in dict.fromkeys(libraries) for a in ("--library", e)]
-                     + (["--ldconfig-path", ldconfig] if ldconfig else []))
+        steps.append(kinds.UpdateLdcache(tuple(folders), tuple(dict.fromkeys(libraries)), ldconfig or ""))
     if steps:
-        edits.hooks.append(Hook("createContainer", hook_path,
-                                tuple(injection.chain_prefix(hook_path) + injection.join_steps(steps)),
-                                reason="csv: the listed symlinks, SONAME links and ld cache in the container"))
+        edits.hooks.append(Chain("createContainer", hook_path, tuple(injection.chain_prefix(hook_path)), tuple(steps),
+                                 reason="csv: the listed symlinks, SONAME links and ld cache in the container"))
     return edits
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.edits.model import ContainerEdits, DeviceNode, Hook, Mount
+from nvct.edits import steps as kinds
+from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Mount
 from nvct.base.errors import DriverError, RequestError
 
 TYPE_CHECKING = False
@@ -130,17 +131,14 @@ def common_edits(driver: Driver, *, hook_path: str, ldconfig: str | None = None)
         if soname != name:
             links.append(f"{name}::{folder}/{soname}")
         entries.append(f"{folder}/{soname}")
-    steps: list[list[str]] = []
+    steps: list[kinds.Step] = []
     if links:
-        steps.append(["create-symlinks"] + [a for link in links for a in ("--link", link)])
+        steps.append(kinds.CreateSymlinks(tuple(tuple(link.split("::", 1)) for link in links)))
     if folders:
-        steps.append(["update-ldcache"] + [a for f in folders for a in ("--folder", f)]
-                     + [a for e in entries for a in ("--library", e)]
-                     + (["--ldconfig-path", ldconfig] if ldconfig else []))
+        steps.append(kinds.UpdateLdcache(tuple(folders), tuple(entries), ldconfig or ""))
     if steps:
-        edits.hooks.append(Hook("createContainer", hook_path,
-                                tuple(injection.chain_prefix(hook_path) + injection.join_steps(steps)),
-                                reason="WSL2: nvidia-smi link and ld cache inside the container"))
+        edits.hooks.append(Chain("createContainer", hook_path, tuple(injection.chain_prefix(hook_path)), tuple(steps),
+                                 reason="WSL2: nvidia-smi link and ld cache inside the container"))
     return edits
 
 
