@@ -20,13 +20,15 @@ class HookContext:
     ``root``: the root already opened (the shim's); else :attr:`root` opens it
     once, on first use, for every step. ``same_as``: the root's ``(st_dev, st_ino)``
     as verified on the host (nvct.rootfs.root.root_identity): the root opened here,
-    in the container's mount namespace, must be that very directory. ``prepared``:
-    the shim's (host files, planned ld cache) for its early update-ldcache.
+    in the container's mount namespace, must be that very directory; ``from_runtime``:
+    without one, take it from the runtime's mount namespace (:func:`runtime_identity`)
+    when the root is first opened. ``prepared``: the shim's (host files, planned ld
+    cache) for its early update-ldcache.
     """
 
     def __init__(self, rootfs: str, bundle: str | None = None, pid: int | None = None,
                  spec: dict[str, Any] | None = None, root: Rootfs | None = None,
-                 same_as: tuple[int, int] | None = None, prepared=None):
+                 same_as: tuple[int, int] | None = None, prepared=None, from_runtime: bool = False):
         self.rootfs = rootfs
         self.bundle = bundle
         self.pid = pid
@@ -35,6 +37,7 @@ class HookContext:
         self._root = root
         self.same_as = same_as
         self.prepared = prepared
+        self.from_runtime = from_runtime
 
     @property
     def root(self) -> Rootfs:
@@ -42,7 +45,10 @@ class HookContext:
         if self._root is None:
             from nvct.rootfs.root import Rootfs
 
-            self._root = Rootfs(self.rootfs, owners=ocispec.root_owners(self.spec), same_as=self.same_as)
+            owners = ocispec.root_owners(self.spec)
+            if self.same_as is None and self.from_runtime:
+                self.same_as = runtime_identity(self.rootfs, owners)
+            self._root = Rootfs(self.rootfs, owners=owners, same_as=self.same_as)
         return self._root
 
 
@@ -86,7 +92,7 @@ def from_state(stream: IO[str]) -> HookContext:
         raise SpecError("OCI state on stdin names no bundle")
     pid = state.get("pid")
     return HookContext(rootfs=rootfs, bundle=bundle, pid=pid if isinstance(pid, int) else None, spec=spec,
-                       same_as=runtime_identity(rootfs, ocispec.root_owners(spec)))
+                       from_runtime=True)
 
 
 def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
@@ -98,12 +104,10 @@ def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
     taken here, by the one rule (nvct.rootfs.root.root_identity), from the nearest
     ancestor in another mount namespace (the runtime): this process's root is set to
     that process's root for the lookup alone. None where this hook shares the runtime's
-    namespace (nothing can be mounted between the two views) or cannot see it (a user
-    namespace): the root is then opened by its name, as before.
+    namespace (nothing can be mounted between the two views), cannot see it (a user
+    namespace) or has no such path: the root is then opened by its name, as before. A root
+    that view refuses (a symlink, another owner) is refused here too.
     """
-    from nvct.linux.fs import openat2_available
-    from nvct.rootfs.root import root_identity
-
     try:
         ours = os.stat("/proc/self/ns/mnt").st_ino
         pid = "self"
@@ -118,6 +122,10 @@ def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
         there = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except (OSError, ValueError):
         return None
+    from nvct.base.errors import ContainerError
+    from nvct.linux.fs import openat2_available
+    from nvct.rootfs.root import UnsafeRootError, root_identity
+
     openat2_available()  # probed here: nothing is imported or loaded inside the other root
     home, cwd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), os.open(".", os.O_PATH | os.O_CLOEXEC)
     try:
@@ -125,6 +133,10 @@ def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
         os.chroot(".")
         try:
             return root_identity(rootfs, owners)
+        except UnsafeRootError:
+            raise
+        except ContainerError:
+            return None
         finally:
             os.fchdir(home)
             os.chroot(".")
