@@ -59,7 +59,8 @@ fi
 # Editable install (the programs in nvct/scripts are copied, so a newer one means reinstall);
 # the import is checked from / so the checkout's cwd does not count.
 stale=
-for f in nvct/scripts/*; do
+for f in nvct/scripts/*; do  # the programs: links to nvct/scripts/launcher, which -nt follows
+  [ "$f" = nvct/scripts/launcher ] && continue
   [ -x ".venv/bin/${f##*/}" ] && [ ! "$f" -nt ".venv/bin/${f##*/}" ] || stale=1
 done
 if [ -n "$stale" ] || ! (cd / && "$OLDPWD/.venv/bin/python" -c "import nvct, sys; sys.exit(nvct.__file__ != \"$PWD/nvct/__init__.py\")") 2>/dev/null; then

@@ -252,15 +252,13 @@ def _apply(spec: dict[str, Any], edits: ContainerEdits) -> None:
 def _legacy(spec: dict[str, Any], config, why: str, request: Request,
             log_format: str | None = None, driver=None) -> Modification:
     devices = request.devices or ()  # what the hook will inject: for the log line
-    rules = legacy_device_rules(request, config, driver)
-    for node in rules.device_nodes:
+    for node in legacy_device_rules(request, config, driver).device_nodes:  # the nodes are the hook's
         apply.allow_device(spec, node)
     if ocispec.has_nvidia_hook(spec):
-        return Modification("legacy", why + "; an NVIDIA prestart hook is already present", rules, devices)
+        return Modification("legacy", why + "; an NVIDIA prestart hook is already present", devices=devices)
     hook = legacy_hook(config, log_format)
     apply.add_hook(spec, hook)
-    rules.hooks.append(hook)
-    return Modification("legacy", why, rules, devices)
+    return Modification("legacy", why, ContainerEdits(hooks=[hook]), devices)
 
 
 def legacy_device_rules(request: Request, config, driver=None) -> ContainerEdits:
@@ -284,7 +282,7 @@ def legacy_device_rules(request: Request, config, driver=None) -> ContainerEdits
 
 
 def legacy_hook(config, log_format: str | None = None, path: str | None = None) -> Hook:
-    """The prestart hook legacy mode appends; the shim's sh front appends the same (:func:`legacy_record`).
+    """The prestart hook legacy mode appends; the shim's sh front appends it as recorded (:func:`legacy_record`).
 
     ``path``: the hook program, when the caller resolved it already (:func:`legacy_hook_path`).
     """
@@ -294,34 +292,36 @@ def legacy_hook(config, log_format: str | None = None, path: str | None = None) 
         if getattr(config, "digest", None):
             env.append(f"{CONFIG_DIGEST_ENV}={config.digest}")
     if log_format:
-        env.append(f"{LOG_FORMAT_ENV}={log_format}")  # last: the sh front adds it the same way
+        env.append(f"{LOG_FORMAT_ENV}={log_format}")
     return Hook("prestart", path or legacy_hook_path(config), (HOOK_NAME, "prestart"), hook_env(*env),
                 reason="legacy mode: the hook injects the GPU inside the container")
 
 
-def legacy_record(config, program: str) -> str | None:
-    """:func:`legacy_hook` as the sh front of ``program`` pastes it into config.json, or ``None``.
+def legacy_record(config, program: str) -> dict[str, str] | None:
+    """What the sh front of ``program`` needs to append :func:`legacy_hook` itself, or ``None``.
 
-    The JSON of the hook without ``--log-format``'s env entry and the ``]}``
-    that close its env and the hook: the front adds both (nvct.oci.runtime
-    keeps it in a file the runtime's line names). ``None`` where a GPU create must go
-    through Python: another mode, device rules to write (every config but
-    ``no-cgroups``), a log file that gets a line per start, a hook found on a
-    PATH the next caller may not share, text the front cannot paste as it is.
+    ``hook``, ``hook_json``, ``hook_text``: the hook's whole JSON for each runc
+    ``--log-format`` (none, json, text), pasted as they are; ``hook_path``: its
+    program, which must be there; ``nvidia_hooks``: the names of an NVIDIA hook
+    (:data:`nvct.oci.spec.NVIDIA_HOOK_NAMES`), any of which in a spec leaves the
+    create to Python. nvct.oci.runtime keeps it in a file the runtime's line
+    names. ``None`` where a GPU create must go through Python: another mode,
+    device rules to write (every config but ``no-cgroups``), a log file that
+    gets a line per start, a hook found on a PATH the next caller may not share.
     """
     if config.mode != "legacy" or config.runtime_debug not in (None, "", "/dev/null"):
         return None
-    if not config.cli_no_cgroups:
+    if not config.get("nvidia-container-cli.no-cgroups"):
         return None  # the request's device rules go into the spec: Python's (legacy_device_rules)
     path, on_path = _legacy_hook_path(config)
-    if on_path or not os.path.isabs(program) or any(c in path for c in '"\\'):
+    if on_path or not os.path.isabs(program):
         return None
     from nvct.base import jsoncodec
 
-    text = jsoncodec.dumps(apply.hook_entry(legacy_hook(config, path=path)), compact=True)
-    if not text.startswith('{"path":"') or not text.endswith('"]}') or "\t" in text or "\n" in text:
-        return None
-    return text[:-2]
+    record = {"hook_path": path, "nvidia_hooks": " ".join(ocispec.NVIDIA_HOOK_NAMES)}
+    for key, log_format in (("hook", None), ("hook_json", "json"), ("hook_text", "text")):
+        record[key] = jsoncodec.dumps(apply.hook_entry(legacy_hook(config, log_format, path=path)), compact=True)
+    return record
 
 
 def legacy_hook_path(config) -> str:

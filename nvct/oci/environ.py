@@ -47,10 +47,35 @@ _ENGINE = ("PATH", "NVIDIA_CTK_CONFIG_FILE_PATH", "XDG_CONFIG_HOME", "NVCT_LOG_F
 #: Of those, the paths: resolved from the working directory when relative.
 _PATHS = ("NVIDIA_CTK_CONFIG_FILE_PATH", "XDG_CONFIG_HOME", "NVCT_DRIVER_ROOT", "NVCT_DEV_ROOT", "NVCT_PROC_ROOT")
 
+#: Each program by name -> the module whose ``main()`` it runs: what nvct/scripts/launcher is
+#: installed as, and what nvct.toolkit.entry runs.
+PROGRAMS = {
+    "nvidia-container-runtime": "nvct.programs.shim",
+    "nvidia-container-runtime-hook": "nvct.programs.hook",
+    "nvct": "nvct.cli",
+    "nvidia-cdi-hook": "nvct.programs.cdi_hook",
+    "nvidia-ctk": "nvct.programs.ctk",
+    "nvidia-container-cli": "nvct.programs.container_cli",
+    "nvidia-ctk-installer": "nvct.programs.installer",
+    "nvidia-toolkit": "nvct.programs.installer",
+}
+
 #: The caller's environment as the sh front found it (set by :func:`start`).
 _caller: dict[str, str] | None = None
 #: The names :func:`start` dropped, sorted.
 dropped: list[str] = []
+
+
+def program(path: str) -> str:
+    """The program nvct/scripts/launcher runs as ``path``: its name, that name less a ``.suffix``
+    (``nvidia-container-runtime.cdi``), or the name of the file a link leads to; else exit 1 with
+    one line."""
+    name = path.rpartition("/")[2]
+    for found in (name, name.rpartition(".")[0], os.path.basename(os.path.realpath(path))):
+        if found in PROGRAMS:
+            return found
+    sys.exit(f"{path}: not the name of one of nvct's programs ({', '.join(PROGRAMS)}): "
+             "install or link it under one of them")
 
 
 def kind(program: str, argv: list[str]) -> str:

@@ -26,9 +26,10 @@ def find(names: list[str]) -> str:
     )
 
 
-#: config path -> what the sh fronts (nvct/scripts/nvidia-container-runtime and -hook) may do
-#: without Python under that config: one "config<TAB>runtime<TAB>identity<TAB>hooks<TAB>names" line
-#: each ("-" for a field with nothing in it).
+#: config path -> what the sh front (nvct/scripts/launcher, as ``nvidia-container-runtime`` and
+#: ``nvidia-container-runtime-hook``) may do without Python under that config: one
+#: "config<TAB>runtime<TAB>identity<TAB>hooks<TAB>names" line each ("-" for a field with nothing in
+#: it). Python's own store: the front reads :data:`FRONTS`, rendered from it.
 #:
 #: * runtime: the low-level runtime the shim execs for every call but a GPU create ("-": recorded
 #:   by the hook, which resolves none);
@@ -36,10 +37,9 @@ def find(names: list[str]) -> str:
 #:   size, mtime, ctime), taken before it was read; "-": there was no config file; "!": not to be
 #:   trusted (:func:`identity`). A front uses a line only while ``stat`` prints exactly this, so
 #:   any change to the file (a copy keeping its mtime too: the ctime moves) goes through Python;
-#: * hooks: in legacy mode, a root-only file in :data:`HOOKS` whose two lines are a program and the
-#:   prestart hook that program's front appends to a GPU container's config.json itself
-#:   (:func:`nvct.modifier.modes.legacy_record`); a file of its own because the front's ``read`` takes a
-#:   byte per system call, so the line stays short;
+#: * hooks: in legacy mode, a root-only file in :data:`HOOKS` naming a program and the complete
+#:   prestart hooks that program's front appends to a GPU container's config.json itself
+#:   (:func:`nvct.modifier.modes.legacy_record`), as sh assignments the front sources;
 #: * names: a root-only file in :data:`NAMES`, one string a line, that the fronts hand to
 #:   ``grep -F -f``: the strings without which a config.json cannot ask for a GPU under this
 #:   config (:func:`nvct.request.container.request_markers`). The fronts never work them out themselves.
@@ -51,6 +51,12 @@ CACHE_DIR = "/run/nvct"
 CACHE = CACHE_DIR + "/runtimes"
 HOOKS = CACHE_DIR + "/legacy-hooks"
 NAMES = CACHE_DIR + "/names"
+#: :data:`CACHE` as the fronts read it: sh that they source (``command .``) with ``$config`` set,
+#: which sets ``nvct_runtime``, ``nvct_hooks``, ``nvct_names`` (full paths) and what the config
+#: must be for them to hold: ``nvct_ident`` (``stat -L -c "$nvct_stat"`` prints it) or
+#: ``nvct_absent`` (no file). Written from :data:`CACHE` whenever that changes, so the record's
+#: format, and what each field means, has one home here; the fronts parse nothing.
+FRONTS = CACHE_DIR + "/fronts"
 IDENTITY_FORMAT = "%d:%i:%s:%.9Y:%.9Z"
 _CACHE_MAX = 64
 _NONE, _ABSENT, _UNTRUSTED = "-", "-", "!"
@@ -84,9 +90,10 @@ def _seconds(ns: int) -> str:
 
 
 def remember(config_path: str, seen: str | None | bool, names: list[str], runtime: str | None = None,
-             legacy: tuple[str, str] | None = None) -> str | None:
+             legacy: tuple[str, dict[str, str]] | None = None) -> str | None:
     """Record, for ``config_path`` read with identity ``seen``, the request ``names``, ``runtime``
-    and ``legacy``'s (program, hook) when there is one (root only: nothing else may write there).
+    and ``legacy``'s (program, record) when there is one (root only: nothing else may write there);
+    the record's keys name the front's variables (``nvct_<key>``).
 
     ``runtime=None`` (the hook): the line keeps the shim's runtime and hook while the config is the
     one they were recorded for. Returns why nothing could be recorded, for a debug line, or None.
@@ -104,6 +111,7 @@ def remember(config_path: str, seen: str | None | bool, names: list[str], runtim
     try:
         if not fileutil.private(os.fstat(top)):
             _unlink_at(top, "runtimes")
+            _unlink_at(top, "fronts")
             return f"{CACHE_DIR}: not used: not root's, or others may write it"
         return _remember(top, config_path, seen, names, runtime, legacy)
     except OSError as e:
@@ -113,7 +121,7 @@ def remember(config_path: str, seen: str | None | bool, names: list[str], runtim
 
 
 def _remember(top: int, config_path: str, seen, names: list[str], runtime: str | None,
-              legacy: tuple[str, str] | None, *, locked: bool = False) -> str | None:
+              legacy: tuple[str, dict[str, str]] | None, *, locked: bool = False) -> str | None:
     from nvct.base import fileutil
 
     entries = _entries(top)
@@ -128,7 +136,8 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
     else:
         line_runtime, hooks = runtime, (_content_name(hooks_text) if hooks_text else _NONE)
     entry = (line_runtime, mark, hooks, _content_name(names_text))
-    if not locked and (old != entry or not _holds(top, entry, names_text, hooks_text)):
+    rendered = _exists_at(top, "fronts")  # an older nvct's cache has none
+    if not locked and (old != entry or not rendered or not _holds(top, entry, names_text, hooks_text)):
         # Writers take turns (flock on /run/nvct, released when the process ends, killed too): a
         # line written between another writer's read and write would be lost, a file another
         # writer is about to name pruned. Readers (the fronts) never wait: every file is renamed
@@ -150,7 +159,7 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
                 return f"{sub}: not used: not root's, or others may write it"
             if _read_at(fd, name) != text:
                 fileutil.replace_at(fd, name, text.encode("utf-8", "surrogateescape"), 0o600)
-        if old == entry:
+        if old == entry and rendered:
             return None
         # The latest first (the fronts read up to their line a byte per system call); many config
         # files are a test machine's: the oldest go.
@@ -159,6 +168,7 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
         entries = dict(lines)
         fileutil.replace_at(top, "runtimes", "".join(
             "\t".join((k, *e)) + "\n" for k, e in lines).encode("utf-8", "surrogateescape"))
+        fileutil.replace_at(top, "fronts", _fronts_text(entries).encode("utf-8", "surrogateescape"))
         _remove_stamps(top)
         for sub, column in ((NAMES, 3), (HOOKS, 2)):
             if dirs.get(sub) is None:
@@ -247,10 +257,46 @@ def _names_text(names: list[str]) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def _hooks_text(legacy: tuple[str, str] | None) -> str:
-    if not legacy or any(c in "\n\t" for c in "".join(legacy)):
+def _hooks_text(legacy: tuple[str, dict[str, str]] | None) -> str:
+    """``nvct_program`` and each of the record's ``nvct_<key>``, as sh assignments."""
+    if not legacy:
         return ""
-    return "".join(f"{line}\n" for line in legacy)
+    program, record = legacy
+    fields = {"program": program, **record}
+    if any("\0" in v for v in fields.values()) or not all(k and k.replace("_", "a").isalnum() and k.isascii()
+                                                           for k in fields):
+        return ""
+    return "".join(f"nvct_{k}={_sh(v)}\n" for k, v in fields.items())
+
+
+def _fronts_text(entries: dict[str, tuple[str, str, str, str]]) -> str:
+    """:data:`FRONTS`: each trusted entry as a ``case $config`` arm setting the front's variables."""
+    out = ["# nvct.oci.runtime's record for the sh fronts: sourced, never parsed; rewritten with runtimes.\n",
+           f"nvct_stat={_sh(IDENTITY_FORMAT)}\n", "case $config in\n"]
+    for config, (runtime, mark, hooks, names) in entries.items():
+        if mark == _UNTRUSTED or "\0" in config + runtime:
+            continue
+        fields = ["nvct_absent=1" if mark == _ABSENT else f"nvct_ident={_sh(mark)}"]
+        if runtime != _NONE:
+            fields.append(f"nvct_runtime={_sh(runtime)}")
+        if hooks != _NONE:
+            fields.append(f"nvct_hooks={_sh(HOOKS + '/' + hooks)}")
+        fields.append(f"nvct_names={_sh(NAMES + '/' + names)}")
+        out.append(f"{_sh(config)}) {' '.join(fields)} ;;\n")
+    return "".join(out) + "esac\n"
+
+
+def _sh(value: str) -> str:
+    """``value`` as one single-quoted sh word (shlex costs an import of re on every start)."""
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def _exists_at(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def _content_name(text: str) -> str:

@@ -80,7 +80,7 @@ def _force_mode_by_name(config) -> None:
         config.data["nvidia-container-runtime"]["mode"] = _MODE_SUFFIXES[suffix]
 
 
-def _legacy_record(config) -> tuple[str, str] | None:
+def _legacy_record(config) -> tuple[str, dict[str, str]] | None:
     """In legacy mode, the hook this program's sh front may append itself (see nvct.oci.runtime)."""
     program = sys.argv[0] if sys.argv else ""
     if config.mode != "legacy" or "\t" in program or "\n" in program:

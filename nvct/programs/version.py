@@ -37,6 +37,17 @@ def runtime_banner() -> str:
     return banner("nvidia-container-runtime", f"spec: {OCI_SPEC_VERSION}") + "\n"
 
 
+#: nvct/scripts/launcher's line that each built copy gets :func:`runtime_banner` in (nvct_build.py).
+LAUNCHER_BANNER = "nvct_banner=  # @banner@: filled in by the build\n"
+
+
+def fill_launcher(text: str) -> str:
+    """The launcher ``text`` with :data:`LAUNCHER_BANNER` holding :func:`runtime_banner`, for its
+    sh front to print without a Python start; unchanged where the line is not there."""
+    banner = "'" + runtime_banner().replace("'", "'\\''") + "'"
+    return text.replace(LAUNCHER_BANNER, f"nvct_banner={banner}\n")
+
+
 def container_cli_banner() -> str:
     """libnvidia-container's ``key: value`` lines; the library is nvct itself."""
     import platform

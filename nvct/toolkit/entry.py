@@ -12,14 +12,6 @@ that Python, so no container start pays for it.
 import os
 import sys
 
-PROGRAMS = {
-    "nvidia-container-runtime": "nvct.programs.shim",
-    "nvidia-container-runtime-hook": "nvct.programs.hook",
-    "nvct": "nvct.cli",
-    "nvidia-cdi-hook": "nvct.programs.cdi_hook",
-    "nvidia-ctk": "nvct.programs.ctk",
-    "nvidia-container-cli": "nvct.programs.container_cli",
-}
 #: The one dependency list: each module copied beside nvct (nvct.toolkit.payload), and whether the
 #: host's Python must import it (:func:`check`). tomllib is standard from 3.11; tomlkit serves older
 #: Pythons (and ``nvct config`` edits). python-prctl is optional: where its C extension (``_prctl``)
@@ -72,16 +64,17 @@ def check() -> int:
 
 
 def main() -> int:
+    sys.path.insert(0, python_dir())
+    if sys.argv[3:] == ["--check"]:
+        sys.argv = sys.argv[2:]
+        return check()
+    from nvct.oci.environ import PROGRAMS, start  # the one table (nvct/scripts/launcher reads it too)
+
     if len(sys.argv) < 3 or sys.argv[1] not in PROGRAMS:
         sys.stderr.write("usage: python3 -I %s {%s} WRAPPER [ARGS...]\n" % (sys.argv[0], ",".join(PROGRAMS)))
         return 2
-    sys.path.insert(0, python_dir())
     program = sys.argv[1]
     sys.argv = sys.argv[2:]
-    if sys.argv[1:] == ["--check"]:
-        return check()
-    from nvct.oci.environ import start
-
     start(program)  # the wrapper set the environment aside (nvct.toolkit.wrappers)
     module = __import__(PROGRAMS[program], fromlist=["main"])
     return module.main()

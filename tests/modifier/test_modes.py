@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from nvct.modifier import modes
+from nvct.oci import spec as ocispec
 from nvct.edits import apply
 from nvct.config.file import Config
 
@@ -30,25 +31,30 @@ def _config(runtime=None, hook=None, path="/etc/nvidia-container-runtime/config.
     return Config(data, path=path)
 
 
-@pytest.mark.parametrize("log_format", [None, "json"])
-def test_the_record_closed_as_the_front_closes_it_is_the_hook_legacy_mode_appends(program, log_format):
+@pytest.mark.parametrize("key, log_format", [("hook", None), ("hook_json", "json"), ("hook_text", "text")])
+def test_the_record_holds_the_whole_hook_legacy_mode_appends_for_each_log_format(program, key, log_format):
     config = _config()
-    text = modes.legacy_record(config, program)
-    closing = (f',"{modes.LOG_FORMAT_ENV}={log_format}"' if log_format else "") + "]}"
-    assert json.loads(text + closing) == apply.hook_entry(modes.legacy_hook(config, log_format))
-    assert json.loads(text + closing)["path"] == program.replace("nvidia-container-runtime", "nvidia-container-runtime-hook")
+    record = modes.legacy_record(config, program)
+    assert json.loads(record[key]) == apply.hook_entry(modes.legacy_hook(config, log_format))
+    hook = program.replace("nvidia-container-runtime", "nvidia-container-runtime-hook")
+    assert json.loads(record[key])["path"] == record["hook_path"] == hook
+    assert record["nvidia_hooks"].split() == list(ocispec.NVIDIA_HOOK_NAMES)
 
 
 def test_a_config_without_a_file_names_none(program):
-    entry = json.loads(modes.legacy_record(_config(path=None), program) + "]}")
+    entry = json.loads(modes.legacy_record(_config(path=None), program)["hook"])
     assert not any(e.startswith("NVIDIA_CTK_CONFIG_FILE_PATH=") for e in entry["env"])
+
+
+def test_a_hook_path_with_a_quote_is_recorded_as_json_escapes_it(program):
+    record = modes.legacy_record(_config(None, {"path": '/opt/with"quote/hook'}), program)
+    assert json.loads(record["hook"])["path"] == record["hook_path"] == '/opt/with"quote/hook'
 
 
 @pytest.mark.parametrize("runtime, hook, program_path", [
     ({"mode": "jit-cdi"}, None, None),
     ({"mode": "auto"}, None, None),
     ({"debug": "/var/log/nvidia-container-runtime.log"}, None, None),  # a line per start to write
-    (None, {"path": "/opt/with\"quote/hook"}, None),  # the front could not read the path back
     (None, None, "relative/nvidia-container-runtime"),
 ])
 def test_nothing_is_recorded_where_the_front_could_not_do_exactly_what_python_does(
@@ -65,5 +71,5 @@ def test_a_hook_found_on_path_is_not_recorded(program, tmp_path, monkeypatch):
 
 def test_an_absolute_hook_path_and_a_log_to_dev_null_are_recorded(program):
     config = _config({"debug": "/dev/null"}, {"path": "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"})
-    entry = json.loads(modes.legacy_record(config, program) + "]}")
+    entry = json.loads(modes.legacy_record(config, program)["hook"])
     assert entry["path"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"

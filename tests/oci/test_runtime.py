@@ -10,6 +10,7 @@ import pytest
 from tests.support.fixtures import need_root
 from tests.support.legacy_front import age
 
+HOOK = '{"path":"/usr/bin/nvidia-container-runtime-hook","env":["PATH=/bin","it\'s"]}'
 NAMES = ["\\", "NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION", "/var/run/nvidia-container-devices", "cdi.k8s.io/"]
 
 
@@ -151,42 +152,77 @@ def test_a_symlinked_folder_under_run_nvct_is_not_followed(tmp_path, monkeypatch
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     (tmp_path / "nvct" / sub).symlink_to(elsewhere)
-    hook = '{"path":"/usr/bin/nvidia-container-runtime-hook","env":["PATH=/bin"'
-    legacy = ("/usr/bin/nvidia-container-runtime", hook)
+    legacy = ("/usr/bin/nvidia-container-runtime", {"hook": HOOK})
     problem = lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc", legacy)
     assert problem and sub in problem
     assert os.listdir(elsewhere) == [] and not cache.exists()
 
 
 def test_legacy_mode_records_the_program_and_its_hook_in_a_file_of_their_own(tmp_path, monkeypatch):
-    """The sh front reads the cache a byte per system call: the line stays short."""
+    """As sh assignments the front sources: it parses nothing."""
     need_root("the record is root-only")
     lowlevel, cache = _cache_in(tmp_path, monkeypatch)
     hooks_dir = tmp_path / "nvct" / "legacy-hooks"
-    hook = '{"path":"/usr/bin/nvidia-container-runtime-hook","env":["PATH=/bin"'
-    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc", ("/usr/bin/nvidia-container-runtime", hook))
+    legacy = {"hook": HOOK, "hook_path": "/usr/bin/it's"}
+    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc", ("/usr/bin/nvidia-container-runtime", legacy))
     lowlevel.remember("/etc/b.toml", None, NAMES, "/usr/bin/crun")
     b, a = cache.read_text().splitlines()  # the latest first
     assert b.split("\t")[:4] == ["/etc/b.toml", "/usr/bin/crun", "-", "-"]  # no hook to insert
     key, runtime, mark, hooks, names = a.split("\t")
     assert (key, runtime, mark) == ("/etc/a.toml", "/usr/sbin/runc", "-")
-    assert (hooks_dir / hooks).read_text() == f"/usr/bin/nvidia-container-runtime\n{hook}\n"
+    assert _sourced(hooks_dir / hooks, "nvct_program", "nvct_hook", "nvct_hook_path") == [
+        "/usr/bin/nvidia-container-runtime", HOOK, "/usr/bin/it's"]
     assert os.lstat(hooks_dir / hooks).st_mode & 0o777 == 0o600 and os.lstat(hooks_dir).st_mode & 0o777 == 0o700
     assert lowlevel.last_known("/etc/a.toml") == "/usr/sbin/runc"
-    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc", ("/usr/bin/nvidia-container-runtime.legacy", hook))
+    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc", ("/usr/bin/nvidia-container-runtime.legacy", legacy))
     other = _line(cache, "/etc/a.toml")[3]  # another program: another file
-    assert (hooks_dir / other).read_text().startswith("/usr/bin/nvidia-container-runtime.legacy\n")
+    assert _sourced(hooks_dir / other, "nvct_program") == ["/usr/bin/nvidia-container-runtime.legacy"]
     assert other != hooks
     lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc")  # the mode changed: the hook goes
     assert _line(cache, "/etc/a.toml")[3] == "-"
 
 
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash --posix"])
+def test_the_fronts_record_sourced_by_sh_gives_each_config_its_runtime_identity_and_files(
+        tmp_path, monkeypatch, shell):
+    need_root("the record is root-only")
+    lowlevel, cache = _cache_in(tmp_path, monkeypatch)
+    odd = str(tmp_path / "it's a $(config) *.toml")
+    lowlevel.remember(odd, "1:2:3:4.000000001:5.000000001", NAMES, "/opt/run 'c'")
+    lowlevel.remember("/etc/absent.toml", None, NAMES, "/usr/sbin/runc")
+    lowlevel.remember("/etc/fresh.toml", False, NAMES, "/usr/sbin/runc")  # untrusted: no arm
+    fronts = tmp_path / "nvct" / "fronts"
+    names = str(tmp_path / "nvct" / "names" / _line(cache, odd)[4])
+    wanted = ("nvct_stat", "nvct_ident", "nvct_absent", "nvct_runtime", "nvct_hooks", "nvct_names")
+    assert _sourced(fronts, *wanted, config=odd, shell=shell) == [
+        lowlevel.IDENTITY_FORMAT, "1:2:3:4.000000001:5.000000001", "", "/opt/run 'c'", "", names]
+    assert _sourced(fronts, *wanted, config="/etc/absent.toml", shell=shell)[2:4] == ["1", "/usr/sbin/runc"]
+    for config in ("/etc/fresh.toml", "/etc/*.toml", str(tmp_path / "*")):
+        assert _sourced(fronts, *wanted, config=config, shell=shell)[1:] == [""] * 5
+
+
+def test_an_older_nvcts_cache_gets_the_fronts_record_with_the_next_call(tmp_path, monkeypatch):
+    need_root("the record is root-only")
+    lowlevel, cache = _cache_in(tmp_path, monkeypatch)
+    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc")
+    (tmp_path / "nvct" / "fronts").unlink()  # as an older nvct left /run/nvct
+    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc")
+    assert _sourced(tmp_path / "nvct" / "fronts", "nvct_runtime", config="/etc/a.toml") == ["/usr/sbin/runc"]
+
+
+def _sourced(path, *names, config="", shell="/bin/sh"):
+    """The values of ``names`` after sh sources ``path`` with ``$config`` set, one a line."""
+    script = r'config=$1; . "$2" && shift 2 && for n do eval "v=\${$n-}"; printf "%s\n" "$v"; done'
+    out = subprocess.run([*shell.split(), "-c", script, "sh", config, str(path), *names],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split("\n")[:-1]
+
+
 def test_the_hook_records_names_and_keeps_the_shims_runtime_only_for_the_same_config(tmp_path, monkeypatch):
     need_root("the record is root-only")
     lowlevel, cache = _cache_in(tmp_path, monkeypatch)
-    hook = '{"path":"/usr/bin/nvidia-container-runtime-hook","env":["PATH=/bin"'
     lowlevel.remember("/etc/a.toml", "1:2:3:4.000000001:5.000000001", NAMES, "/usr/sbin/runc",
-                      ("/usr/bin/nvidia-container-runtime", hook))
+                      ("/usr/bin/nvidia-container-runtime", {"hook": HOOK}))
     shims = _line(cache, "/etc/a.toml")
     lowlevel.remember("/etc/a.toml", "1:2:3:4.000000001:5.000000001", NAMES)
     assert _line(cache, "/etc/a.toml") == shims

@@ -4,8 +4,10 @@ reachable; here it is checked by reading it)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
+from nvct.oci import environ
 from tests.packaging.pkgtest import REPO, containerfile_instructions, project_version
 
 CONTAINERFILE = REPO / "packaging" / "image" / "Containerfile"
@@ -46,7 +48,8 @@ def test_image_runs_the_node_installer_by_the_reference_images_name():
     # both are package scripts that run nvct toolkit install.
     for program in ("nvidia-ctk-installer", "nvidia-toolkit"):
         assert f'"nvct/scripts/{program}"' in (REPO / "pyproject.toml").read_text()
-        assert "from nvct.programs.installer import main" in (REPO / f"nvct/scripts/{program}").read_text()
+        assert os.readlink(REPO / f"nvct/scripts/{program}") == "launcher"
+        assert environ.PROGRAMS[program] == "nvct.programs.installer"
     assert not _all("CMD")
 
 

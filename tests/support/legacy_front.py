@@ -4,7 +4,7 @@ The front runs ``python3`` from its own directory when there is one (as in a
 virtualenv); here that is a script that appends its argv to ``python.log``
 and execs the test's interpreter. The hook's front beside it is the hook
 legacy mode inserts, and it starts Python the same way, so the log tells the
-shim's starts (``-I -c ...``) from the hook's (``-I <dir>/nvidia-container-runtime-hook``).
+shim's starts (``-I <dir>/nvidia-container-runtime``) from the hook's (``-I <dir>/nvidia-container-runtime-hook``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ class Front:
         """Python starts so far: ``{"shim": n, "hook": m}``."""
         with open(self.log) as f:
             lines = f.read().splitlines()
-        return {"shim": sum(line.startswith("-I -c") for line in lines),
-                "hook": sum(line.startswith(f"-I {self.hook}") for line in lines)}
+        started = [line.split(" ")[1:2] for line in lines]
+        return {name: started.count([os.path.join(self.dir, program)])
+                for name, program in (("shim", "nvidia-container-runtime"), ("hook", HOOK))}
 
 
 def legacy_config(path: str | os.PathLike, runtime: str, *, base: str = "", extra: str = "",

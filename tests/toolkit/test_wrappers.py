@@ -21,6 +21,7 @@ from nvct.toolkit import Installation, Layout, Options
 from nvct.toolkit.wrappers import runtime_wrapper
 from tests.security.test_engine_env import planted  # noqa: F401 - a fixture
 from tests.support.fixtures import need_binaries, need_root
+from tests.support.legacy_front import with_no_cgroups
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +194,10 @@ def test_the_legacy_wrapper_appends_the_hook_to_a_gpu_create_without_python(inst
     layout, proc, record = installed
     (proc / "driver" / "nvidia" / "version").write_text("loaded\n")
     config = layout.config("legacy")
+    with open(config) as f:
+        text = f.read()
+    with open(config, "w") as f:  # the front appends the hook only where there are no device rules to write
+        f.write(with_no_cgroups(text))
     old = os.stat(config).st_mtime - 60
     os.utime(config, (old, old))
     _run(layout.runtime("legacy"), "state", "x")  # through Python: records the runtime and the hook
