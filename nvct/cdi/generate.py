@@ -147,7 +147,8 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         entries = [(NONE_DEVICE, ContainerEdits(env=[VOID_ENV]))]
         all_device = False
     else:
-        entries = _device_entries(driver, device_ids, _unique_strategies(strategies))
+        limits = hook_path if generation.hook_enabled(injection.MEMORY_LIMITS_HOOK) else None
+        entries = _device_entries(driver, device_ids, _unique_strategies(strategies), limits)
     common.env.append(VOID_ENV)
     return _spec(vendor, cls, entries, common, all_device, generation, gids)
 
@@ -196,12 +197,20 @@ def mig_device_names(gpu: Gpu, mig: MigDevice, strategies: Sequence[str],
     return out
 
 
-def _device_entries(driver: Driver, device_ids: Sequence[str],
-                    strategies: Sequence[str]) -> list[tuple[str, ContainerEdits]]:
+def _device_entries(driver: Driver, device_ids: Sequence[str], strategies: Sequence[str],
+                    memory_limits: str | None = None) -> list[tuple[str, ContainerEdits]]:
+    """Each GPU's and MIG device's edits under each of its names.
+
+    ``memory_limits``: the hook program for each whole GPU's ``apply-cuda-memory-limits``
+    createRuntime hook (the reference's; it does nothing without the container's
+    ``NVIDIA_GPU_MEMORY_REQUEST``/``LIMIT``); MIG devices get none (NVML refuses them).
+    """
     selection = devices.select(tuple(device_ids), driver, what="--device-id")
     entries: list[tuple[str, ContainerEdits]] = []
     for gpu in selection.gpus:
         edits = injection.gpu_edits(driver, gpu, CAPABILITIES)
+        if memory_limits:
+            edits.hooks.append(injection.memory_limit_hook(driver, [gpu], memory_limits))
         entries.extend((name, edits) for name in device_names(gpu, strategies))
     uuids: dict[tuple[int, int], str] = {}
 

@@ -219,3 +219,34 @@ def test_the_mps_step_joins_the_chain_of_any_hook_program(node, program, prefix)
     hook, = generate.generate(node_driver(node), hook_path=program)["containerEdits"]["hooks"]
     assert hook["args"][:len(prefix)] == prefix and hook["args"][len(prefix)] == "check-requirements"
     assert hook["args"][-8:-6] == ["--", "bind-mount"]
+
+
+def _limits_hooks(edits):
+    return [h["args"][h["args"].index("apply-cuda-memory-limits"):] for h in edits.get("hooks", [])
+            if h["hookName"] == "createRuntime" and "apply-cuda-memory-limits" in h["args"]]
+
+
+def test_each_whole_gpu_device_gets_the_memory_limits_hook_as_the_reference(node):
+    """The reference (1.20) adds ``apply-cuda-memory-limits --driver-root R --gpu-id UUID`` as a
+    createRuntime hook to each GPU's device; ``all`` has them all; MIG devices and the common edits none."""
+    driver = node_driver(node)
+    raw = generate.generate(driver, hook_path=HOOK)
+    root = driver.driver_root
+    for g in node["gpus"]:
+        want = [["apply-cuda-memory-limits", "--driver-root", root, "--gpu-id", g["uuid"]]]
+        assert _limits_hooks(_device(raw, str(g["index"]))["containerEdits"]) == want
+        assert _limits_hooks(_device(raw, g["uuid"])["containerEdits"]) == want
+    assert len(_limits_hooks(_device(raw, "all")["containerEdits"])) == len(node["gpus"])
+    for g, m in _mig_devices(node):
+        assert _limits_hooks(_device(raw, f"{g['index']}:{m['index']}")["containerEdits"]) == []
+    assert _limits_hooks(raw["containerEdits"]) == []
+
+
+@pytest.mark.parametrize("mode, disabled", [("auto", ("apply-cuda-memory-limits",)), ("auto", ("all",)),
+                                            ("sandbox", ()), ("management", ())])
+def test_no_memory_limits_hook_where_hooks_are_off_or_not_per_gpu(node, mode, disabled):
+    from nvct.cdi.features import Generation
+
+    raw = generate.generate(node_driver(node), hook_path=HOOK, mode=mode,
+                            generation=Generation(disabled_hooks=disabled))
+    assert not any(_limits_hooks(d["containerEdits"]) for d in raw["devices"])

@@ -120,7 +120,9 @@ def test_legacy_with_an_nvidia_hook_already_there_changes_nothing(node):
     spec = gpu_spec()
     spec["hooks"] = {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["x", "prestart"]}]}
     result = explain.explain(spec, config_for(node, "legacy"))
+    rules = result.after["linux"].pop("resources")["devices"]  # the hook's nodes, for the runtime (issue 25)
     assert result.after == result.before and result.inside is None
+    assert {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"} in rules
     assert "already present" in result.why
 
 

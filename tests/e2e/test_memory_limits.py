@@ -11,6 +11,7 @@ which must be the namespace NVML was given.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -126,3 +127,29 @@ def test_jit_cdi_adds_the_hook_when_the_container_asks(tmp_path, sim_node, rootf
     assert _log(sim_node) == ""
     with open(os.path.join(str(tmp_path), "plain", "config.json")) as f:
         assert "apply-cuda-memory-limits" not in f.read()
+
+
+def test_a_generated_spec_gives_each_gpu_the_hook(tmp_path, sim_node, rootfs, v2_runc, limits_log):
+    """``nvct cdi generate`` adds the hook to each whole GPU's device, as the reference's specs do: a
+    container given two GPUs by CDI names (the shim's cdi mode applying the spec, under runc) gets
+    both GPUs' limits; one without the variables runs the hooks, which set nothing."""
+    from tests.support.gpu_runs import run_gpu
+
+    wrapper = v2_runc[:-1]
+    result = run_gpu(tmp_path, sim_node, rootfs, mode="cdi", wrapper=wrapper, command="cat /proc/self/cgroup",
+                     env=["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=2,nvidia.com/gpu=3",
+                          "NVIDIA_GPU_MEMORY_REQUEST=512", "NVIDIA_GPU_MEMORY_LIMIT=2048"])
+    assert result.rc == 0, result.describe()
+    [line] = [ln for ln in result.stdout.splitlines() if ln.startswith("0::")]
+    cgroup = "/sys/fs/cgroup" + line[3:].rstrip("/")
+    gpus = [sim_node["gpus"][i]["uuid"] for i in (2, 3)]
+    assert sorted(_log(sim_node).splitlines()) == sorted(f"{g} {cgroup} {512 << 20} {2048 << 20}" for g in gpus)
+    os.unlink(limits_log)
+    result = run_gpu(tmp_path, sim_node, rootfs, mode="cdi", wrapper=wrapper, name="plain",
+                     env=["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=2"])
+    assert result.rc == 0, result.describe()
+    assert _log(sim_node) == ""
+    with open(os.path.join(str(tmp_path), "plain", "config.json")) as f:
+        hooks = json.load(f)["hooks"]["createRuntime"]
+    assert [h["args"][h["args"].index("apply-cuda-memory-limits"):] for h in hooks] == [
+        ["apply-cuda-memory-limits", "--driver-root", sim_node["roots"]["driver_root"], "--gpu-id", gpus[0]]]
