@@ -190,16 +190,19 @@ class Nvml:
 
 def _foreign(path: str) -> str | None:
     """Why a library of another machine's architecture cannot load here (a driver root of such a node)."""
-    import struct
+    from nvct.linux import elf
 
     try:
-        with open(path, "rb") as f:
-            head = f.read(20)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            head = elf.header(fd)
+        finally:
+            os.close(fd)
     except OSError:
         return None
-    if len(head) < 20 or head[:4] != b"\x7fELF":
+    if head is None:
         return None
-    machine = struct.unpack_from("<H" if head[5] == 1 else ">H", head, 18)[0]
+    machine = head.machine
     ours = {"x86_64": 62, "aarch64": 183, "ppc64le": 21}.get(os.uname().machine)
     if ours is None or machine == ours:
         return None

@@ -1,47 +1,54 @@
-"""The few ELF facts nvct needs about a shared library.
+"""nvct's one ELF reader: the few facts it needs about a library or program.
 
 Driver discovery must tell a 64-bit ``libcuda.so.1`` from an i386 one, learn
 a library's SONAME and dependencies, and see its ``NT_GNU_ABI_TAG`` (the
-minimum kernel it was built for). Like ``ldconfig``, this reads the program
-headers (``PT_DYNAMIC``, ``PT_NOTE``), which survive section stripping.
-
-pyelftools is imported only when a file is read: most nvct commands never
-need it and it costs tens of milliseconds to import.
+minimum kernel it was built for); the ld cache patch needs an entry's flags,
+the ldconfig sandbox a static executable, the toolkit a program's loader.
+Like ``ldconfig``, this reads the program headers (``PT_DYNAMIC``,
+``PT_NOTE``, ``PT_INTERP``), which survive section stripping, with
+``os.pread``: no pyelftools, whose import alone costs ~30 ms, on the paths
+that run on every container start. Files may come from a hostile image, so
+every size read from one is bounded by the file.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import stat
 from collections import namedtuple
 
 from nvct.base.errors import NvctError
 
-__all__ = ["ElfInfo", "read", "abi_tag", "cuda_compat_note"]
+__all__ = ["ElfInfo", "Header", "read", "abi_tag", "soname", "header", "dynamic", "interpreter",
+           "static_problem", "cuda_compat_note"]
 
 # Bounds on loops driven by header fields, so a corrupt file cannot keep us
 # busy: real libraries have a few dozen dynamic tags and a handful of notes.
 _MAX_DYNAMIC_TAGS = 65536
 _MAX_NOTES = 256
+_MAX_STRING = 4096
 
 _NOTE_HEADER_SIZE = 12  # namesz, descsz, type: 32-bit words in both classes
 _ABI_TAG_SIZE = 16  # os, major, minor, tiny: four 32-bit words
 
-# e_machine -> name, by ELF class where the class changes the ABI's name.
+_ET_EXEC, _ET_DYN = 2, 3
+_PT_LOAD, _PT_DYNAMIC, _PT_INTERP, _PT_NOTE = 1, 2, 3, 4
+_DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ, _DT_SONAME = 0, 1, 5, 10, 14
+
+# (e_machine, ELF class) -> name; the class changes the ABI's name for some.
 _MACHINES = {
-    ("EM_X86_64", 64): "x86_64",
-    ("EM_X86_64", 32): "x32",
-    ("EM_386", 32): "i386",
-    ("EM_AARCH64", 64): "aarch64",
-    ("EM_ARM", 32): "arm",
-    ("EM_PPC64", 64): "ppc64",
-    ("EM_PPC", 32): "ppc",
-    ("EM_S390", 64): "s390x",
-    ("EM_S390", 32): "s390",
-    ("EM_RISCV", 64): "riscv64",
-    ("EM_RISCV", 32): "riscv32",
-    ("EM_LOONGARCH", 64): "loongarch64",
+    (62, 64): "x86_64",
+    (62, 32): "x32",
+    (3, 32): "i386",
+    (183, 64): "aarch64",
+    (40, 32): "arm",
+    (21, 64): "ppc64",
+    (20, 32): "ppc",
+    (22, 64): "s390x",
+    (22, 32): "s390",
+    (243, 64): "riscv64",
+    (243, 32): "riscv32",
+    (258, 64): "loongarch64",
 }
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~10 ms: abi_tag() runs in cdi generate
@@ -62,6 +69,158 @@ class ElfInfo(namedtuple("_ElfInfo", "elf_class machine soname needed abi_tag"))
     __slots__ = ()
 
 
+class Header(namedtuple("_Header", "elf_class little_endian type machine")):
+    """The ELF header's identity: class 32 or 64, byte order, ``e_type`` and ``e_machine`` (numbers)."""
+
+    __slots__ = ()
+
+
+class _Bad(Exception):
+    """Why headers cannot be read. ``kind``: 'magic' (not ELF at all), 'short' (under an
+    ELF32 header), 'ident' (bad class or byte order), 'truncated' (a cut ELF64 header),
+    'entsize' (program header entries too small), 'outside' (table beyond the file)."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind, self.reason = kind, reason
+
+
+class _Source:
+    """``pread`` on an fd or a seekable binary stream; reads stop at the file's end."""
+
+    def __init__(self, fd: int = -1, stream: IO[bytes] | None = None):
+        self._fd, self._stream = fd, stream
+        self.size = os.fstat(fd).st_size if stream is None else stream.seek(0, os.SEEK_END)
+
+    def pread(self, size: int, offset: int) -> bytes:
+        size = max(min(size, self.size - offset), 0)
+        if self._stream is None:
+            return os.pread(self._fd, size, offset) if size else b""
+        self._stream.seek(offset)
+        return self._stream.read(size) if size else b""
+
+
+class _Elf:
+    """The ELF header and program headers of one file; :class:`_Bad` if they cannot be read.
+
+    ``segments``: (p_type, p_offset, p_vaddr, p_filesz, p_align) each, read
+    only by :meth:`load_segments`, so that the header can be judged first.
+    """
+
+    def __init__(self, src: _Source):
+        import struct
+
+        self.src = src
+        head = src.pread(64, 0)
+        if len(head) < 4 or head[:4] != b"\x7fELF":
+            raise _Bad("magic", "not an ELF file")
+        if len(head) < 52:
+            raise _Bad("short", "truncated header")
+        if head[4] not in (1, 2) or head[5] not in (1, 2):
+            raise _Bad("ident", "bad ELF class or byte order")
+        self.end = end = "<" if head[5] == 1 else ">"
+        self.elf_class = 64 if head[4] == 2 else 32
+        e_type, machine = struct.unpack_from(end + "HH", head, 16)
+        self.header = Header(self.elf_class, head[5] == 1, e_type, machine)
+        if self.elf_class == 64:
+            if len(head) < 64:
+                raise _Bad("truncated", "truncated header")
+            self._phoff, = struct.unpack_from(end + "Q", head, 32)
+            self.phentsize, self.phnum = struct.unpack_from(end + "HH", head, 54)
+            self._phdr, self._min_entsize = end + "I4xQQ8xQ8xQ", 56
+        else:
+            self._phoff, = struct.unpack_from(end + "I", head, 28)
+            self.phentsize, self.phnum = struct.unpack_from(end + "HH", head, 42)
+            self._phdr, self._min_entsize = end + "III4xI8xI", 32
+        self.segments: list[tuple[int, int, int, int, int]] = []
+
+    def load_segments(self) -> _Elf:
+        import struct
+
+        if self.phentsize < self._min_entsize:
+            raise _Bad("entsize", "program header entries too small")
+        if self._phoff + self.phentsize * self.phnum > self.src.size:
+            raise _Bad("outside", "program headers outside the file")
+        table = self.src.pread(self.phentsize * self.phnum, self._phoff)
+        self.segments = [struct.unpack_from(self._phdr, table, i * self.phentsize) for i in range(self.phnum)]
+        return self
+
+    def dynamic(self, strict: bool) -> tuple[str | None, tuple[str, ...]]:
+        """(DT_SONAME, DT_NEEDED names) from ``PT_DYNAMIC``; damage raises :class:`_Bad` if ``strict``, else hides."""
+        import struct
+
+        found = [s for s in self.segments if s[0] == _PT_DYNAMIC]
+        if not found:
+            return None, ()
+        _, offset, _, filesz, _ = found[-1]
+        if offset > self.src.size or filesz > self.src.size - offset:
+            if strict:
+                raise _Bad("dynamic", "dynamic section outside the file")
+            return None, ()
+        entsize, fmt = (16, self.end + "qQ") if self.elf_class == 64 else (8, self.end + "iI")
+        data = self.src.pread(min(filesz, entsize * _MAX_DYNAMIC_TAGS), offset)
+        needed, strtab, strsz, name = [], None, None, None
+        for tag, value in struct.iter_unpack(fmt, data[:len(data) // entsize * entsize]):
+            if tag == _DT_NULL:
+                break
+            if tag == _DT_NEEDED:
+                needed.append(value)
+            elif tag == _DT_STRTAB:
+                strtab = value
+            elif tag == _DT_STRSZ:
+                strsz = value
+            elif tag == _DT_SONAME:
+                name = value
+        if name is None and not needed:
+            return None, ()
+        base = next((off + strtab - vaddr for kind, off, vaddr, size, _ in self.segments
+                     if kind == _PT_LOAD and strtab is not None and vaddr <= strtab < vaddr + size), None)
+        if base is None:
+            if strict:
+                raise _Bad("strtab", "string table outside the file")
+            return None, ()
+        strings = [self._string(base, at, strsz, strict) for at in [name, *needed] if at is not None]
+        soname = strings.pop(0) if name is not None else None
+        return soname, tuple(s for s in strings if s is not None)
+
+    def _string(self, base: int, at: int, strsz: int | None, strict: bool) -> str | None:
+        if (strsz is not None and at >= strsz) or base + at >= self.src.size:
+            if strict:
+                raise _Bad("strtab", "string outside the string table")
+            return None
+        return self.src.pread(_MAX_STRING, base + at).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+    def abi_tag(self) -> tuple[int, int, int] | None:
+        for kind, offset, _, filesz, align in self.segments:
+            if kind != _PT_NOTE or offset >= self.src.size or filesz > self.src.size - offset:
+                continue
+            for name, note_type, desc in _notes(self.src.pread(min(filesz, 1 << 16), offset), self.end,
+                                                8 if align == 8 else 4):
+                if note_type == 1 and name == b"GNU\0" and len(desc) >= _ABI_TAG_SIZE:
+                    import struct
+
+                    os_, major, minor, tiny = struct.unpack_from(self.end + "IIII", desc)
+                    if os_ == 0:  # ELF_NOTE_OS_LINUX
+                        return (major, minor, tiny)
+        return None
+
+
+def _open(path: str | os.PathLike[str], label: str, *, nofollow: bool = False) -> int:
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | (os.O_NOFOLLOW if nofollow else 0)
+    try:
+        # Non-blocking, so that a FIFO planted in an image cannot hang us.
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise NvctError(f"{label}: cannot read: {e.strerror or e}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NvctError(f"{label}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read(path: PathOrFile, *, name: str | None = None) -> ElfInfo:
     """Read ``path``, or an open binary file (e.g. one opened safely under a
     container root; ``name`` then labels it in errors).
@@ -70,180 +229,154 @@ def read(path: PathOrFile, *, name: str | None = None) -> ElfInfo:
     readable, well-formed ELF file.
     """
     if hasattr(path, "read"):
-        return _read_stream(path, name or getattr(path, "name", "<stream>"))
+        label = name or getattr(path, "name", "<stream>")
+        return _info(lambda: _Source(stream=path), label)
     label = name or os.fspath(path)
+    fd = _open(path, label)
     try:
-        # Non-blocking, so that a FIFO planted in an image cannot hang us.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise NvctError(f"{label}: not a regular file")
-            return _read_stream(f, label)
-    except OSError as e:
-        raise NvctError(f"{label}: cannot read: {e.strerror or e}") from None
+        return _info(lambda: _Source(fd), label)
+    finally:
+        os.close(fd)
 
 
-def _read_stream(stream: IO[bytes], label: str) -> ElfInfo:
-    from elftools.elf.elffile import ELFFile
-
+def _info(source, label: str) -> ElfInfo:
     try:
-        stream = _Bounded(stream)
-        if stream.read(4) != b"\x7fELF":
-            raise NvctError(f"{label}: not an ELF file")
-        stream.seek(0)
-        elf = ELFFile(stream)
-        elf_class = elf.elfclass
-        soname, needed = _dynamic(elf)
+        elf = _Elf(source()).load_segments()
+        found_soname, needed = elf.dynamic(strict=True)
         return ElfInfo(
-            elf_class=elf_class,
-            machine=_MACHINES.get((elf["e_machine"], elf_class), "unknown"),
-            soname=soname,
+            elf_class=elf.elf_class,
+            machine=_MACHINES.get((elf.header.machine, elf.elf_class), "unknown"),
+            soname=found_soname,
             needed=needed,
-            abi_tag=_abi_tag(elf),
+            abi_tag=elf.abi_tag(),
         )
-    except NvctError:
-        raise
+    except _Bad as e:
+        if e.kind == "magic":
+            raise NvctError(f"{label}: {e.reason}") from None
+        raise NvctError(f"{label}: corrupt ELF file ({e.reason})") from None
     except OSError as e:
         raise NvctError(f"{label}: cannot read: {e.strerror or e}") from None
-    except Exception as e:  # noqa: BLE001
-        # pyelftools is not hardened: damage surfaces as ELFError but also
-        # as construct, lookup, overflow, attribute or recursion errors.
-        raise NvctError(f"{label}: corrupt ELF file ({_one_line(e)})") from None
 
 
 def abi_tag(path: str) -> tuple[int, int, int] | None:
-    """Only the Linux ``NT_GNU_ABI_TAG`` of ``path``, read straight from its program headers.
-
-    ``cdi generate`` and graphics containers check libnvidia-tls's tag; this
-    reads a few hundred bytes with ``os.pread`` instead of importing
-    pyelftools (~30 ms). Same bounds as :func:`read`; raises NvctError.
-    """
+    """Only the Linux ``NT_GNU_ABI_TAG`` of ``path`` (``cdi generate`` and graphics containers
+    check libnvidia-tls's). Same bounds as :func:`read`; raises NvctError."""
+    fd = _open(path, path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as e:
-        raise NvctError(f"{path}: cannot read: {e.strerror or e}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NvctError(f"{path}: not a regular file")
-        return _notes_abi_tag(fd, st.st_size, path)
+        return _Elf(_Source(fd)).load_segments().abi_tag()
+    except _Bad as e:
+        if e.kind in ("magic", "short", "ident"):
+            raise NvctError(f"{path}: not an ELF file") from None
+        raise NvctError(f"{path}: corrupt ELF file ({e.reason})") from None
     except OSError as e:
         raise NvctError(f"{path}: cannot read: {e.strerror or e}") from None
     finally:
         os.close(fd)
 
 
-def _notes_abi_tag(fd: int, size: int, label: str) -> tuple[int, int, int] | None:
-    import struct
+def soname(path: str) -> str | None:
+    """The SONAME of the 64-bit little-endian shared library at ``path``, or None; never raises.
 
-    head = os.pread(fd, 64, 0)
-    if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
-        raise NvctError(f"{label}: not an ELF file")
-    end = "<" if head[5] == 1 else ">"
-    if head[4] == 2:
-        if len(head) < 64:
-            raise NvctError(f"{label}: corrupt ELF file (truncated header)")
-        phoff, = struct.unpack_from(end + "Q", head, 32)
-        phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
-        phdr, min_entsize = end + "I4xQ16xQ8xQ", 56  # type, offset, filesz, align
-    else:
-        phoff, = struct.unpack_from(end + "I", head, 28)
-        phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
-        phdr, min_entsize = end + "II8xI8xI", 32
-    if phentsize < min_entsize or phoff + phentsize * phnum > size:
-        raise NvctError(f"{label}: corrupt ELF file (program headers outside the file)")
-    table = os.pread(fd, phentsize * phnum, phoff)
-    for i in range(phnum):
-        if struct.unpack_from(end + "I", table, i * phentsize)[0] != 4:  # PT_NOTE
-            continue
-        _, offset, filesz, align = struct.unpack_from(phdr, table, i * phentsize)
-        if offset >= size or filesz > size - offset:
-            continue
-        found = _abi_note(os.pread(fd, min(filesz, 1 << 16), offset), end, 8 if align == 8 else 4)
-        if found is not None:
-            return found
+    For container starts (WSL2's driver store, Jetson's CSV lists): ``PT_LOAD``
+    maps ``DT_STRTAB``'s address to the file, as ldconfig reads it. A symlink
+    at ``path`` is not followed.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        elf = _Elf(_Source(fd))
+        if elf.header[:3] != (64, True, _ET_DYN) or elf.phnum > 256:
+            return None
+        return elf.load_segments().dynamic(strict=False)[0] or None
+    except (_Bad, OSError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def header(fd: int) -> Header | None:
+    """The ELF header's identity of the file open on ``fd``, or None if it is not ELF."""
+    try:
+        return _Elf(_Source(fd)).header
+    except _Bad:
+        return None
+
+
+def dynamic(fd: int) -> tuple[str | None, tuple[str, ...]]:
+    """(SONAME, needed) of the ELF file open on ``fd``; damage hides what it touches.
+
+    For an image's file: nothing read is trusted beyond these names.
+    Raises OSError only.
+    """
+    try:
+        elf = _Elf(_Source(fd))
+        if elf.phnum > 256:
+            return None, ()
+        return elf.load_segments().dynamic(strict=False)
+    except _Bad:
+        return None, ()
+
+
+def interpreter(path: str) -> str | None:
+    """The ``PT_INTERP`` of the program at ``path`` (its ELF loader), or None for a static one.
+
+    Raises NvctError for anything that is not a readable ELF file.
+    """
+    fd = _open(path, path)
+    try:
+        elf = _Elf(_Source(fd)).load_segments()
+        for kind, offset, _, filesz, _ in elf.segments:
+            if kind == _PT_INTERP:
+                raw = elf.src.pread(min(filesz, _MAX_STRING), offset).split(b"\0", 1)[0]
+                return raw.decode("utf-8", "replace") or None
+        return None
+    except _Bad as e:
+        raise NvctError(f"{path}: {'not an ELF file' if e.kind == 'magic' else f'corrupt ELF file ({e.reason})'}") \
+            from None
+    except OSError as e:
+        raise NvctError(f"{path}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def static_problem(fd: int) -> str | None:
+    """Why the file open on ``fd`` is not a static ELF executable, or None if it is one.
+
+    Static: it names no loader (``PT_INTERP``), so it loads nothing from
+    wherever it runs (a chroot). One of 'not an ELF file', 'malformed ELF
+    header', 'not an ELF executable', 'truncated ELF program headers',
+    'dynamically linked'. Raises OSError only.
+    """
+    try:
+        elf = _Elf(_Source(fd))
+        if elf.header.type not in (_ET_EXEC, _ET_DYN) or elf.phnum == 0 or elf.phnum > 4096:
+            return "not an ELF executable"
+        elf.load_segments()
+    except _Bad as e:
+        return {"magic": "not an ELF file", "short": "not an ELF file", "entsize": "not an ELF executable",
+                "outside": "truncated ELF program headers"}.get(e.kind, "malformed ELF header")
+    if any(kind == _PT_INTERP for kind, *_ in elf.segments):
+        return "dynamically linked"
     return None
 
 
-def _abi_note(data: bytes, end: str, align: int) -> tuple[int, int, int] | None:
+def _notes(data: bytes, end: str, align: int):
+    """(name, type, description) of each note in ``data``, bounded."""
     import struct
 
     pos = 0
     for _ in range(_MAX_NOTES):
         if pos + _NOTE_HEADER_SIZE > len(data):
-            return None
+            return
         namesz, descsz, kind = struct.unpack_from(end + "III", data, pos)
         name_at = pos + _NOTE_HEADER_SIZE
         desc_at = name_at + -(-namesz // align) * align
         if desc_at + descsz > len(data):
-            return None
-        if kind == 1 and data[name_at:name_at + namesz] == b"GNU\0" and descsz >= _ABI_TAG_SIZE:
-            os_, major, minor, tiny = struct.unpack_from(end + "IIII", data, desc_at)
-            if os_ == 0:  # ELF_NOTE_OS_LINUX
-                return (major, minor, tiny)
+            return
+        yield data[name_at:name_at + namesz], kind, data[desc_at:desc_at + descsz]
         pos = desc_at + -(-descsz // align) * align
-    return None
-
-
-class _Bounded:
-    """A stream whose reads never ask for more than the file holds.
-
-    pyelftools passes size fields from the file straight to ``read()``, and
-    a buffered file allocates the requested size before reading.
-    """
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
-        self._size = stream.seek(0, os.SEEK_END)
-        stream.seek(0)
-
-    def read(self, size: int = -1) -> bytes:
-        left = max(self._size - self._stream.tell(), 0)
-        return self._stream.read(left if size is None or size < 0 else min(size, left))
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        if whence == os.SEEK_SET and not 0 <= offset <= self._size:
-            raise ValueError(f"offset {offset} outside the file")
-        return self._stream.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._stream.tell()
-
-
-def _dynamic(elf) -> tuple[str | None, tuple[str, ...]]:
-    soname = None
-    needed = []
-    for segment in elf.iter_segments("PT_DYNAMIC"):
-        limit = min(segment["p_filesz"] // elf.structs.Elf_Dyn.sizeof(), _MAX_DYNAMIC_TAGS)
-        for tag in itertools.islice(segment.iter_tags(), limit):
-            kind = tag.entry.d_tag
-            if kind == "DT_NEEDED":
-                needed.append(tag.needed)
-            elif kind == "DT_SONAME":
-                soname = tag.soname
-    return soname, tuple(needed)
-
-
-def _abi_tag(elf) -> tuple[int, int, int] | None:
-    for segment in elf.iter_segments("PT_NOTE"):
-        segment_end = segment["p_offset"] + segment["p_filesz"]
-        for note in itertools.islice(segment.iter_notes(), _MAX_NOTES):
-            desc_start = note["n_offset"] + _NOTE_HEADER_SIZE + -(-note["n_namesz"] // 4) * 4
-            if (
-                note["n_type"] == "NT_GNU_ABI_TAG"
-                and note["n_name"] == "GNU"
-                and note["n_descsz"] >= _ABI_TAG_SIZE
-                and desc_start + note["n_descsz"] <= segment_end
-                and note["n_desc"]["abi_os"] == "ELF_NOTE_OS_LINUX"
-            ):
-                desc = note["n_desc"]
-                return (desc["abi_major"], desc["abi_minor"], desc["abi_tiny"])
-    return None
-
-
-def _one_line(error: Exception) -> str:
-    text = " ".join(str(error).split())
-    return text[:200] or type(error).__name__
 
 
 #: The section of a CUDA compat libcuda that names the driver branches, CUDA version and
@@ -297,7 +430,8 @@ def cuda_compat_note(fd: int, label: str) -> dict | None:
                 continue
             if offset > size or length > size - offset or length > _MAX_NOTE_SIZE:
                 raise NvctError(f"{label}: corrupt ELF file (CUDA compat note outside the file)")
-            desc = _named_note(os.pread(fd, length, offset), end, max(align, 4), _CUDA_COMPAT_NOTE_NAME)
+            notes = _notes(os.pread(fd, length, offset), end, max(align, 4))
+            desc = next((d for n, _, d in notes if n.strip(b"\0") == _CUDA_COMPAT_NOTE_NAME), None)
             if desc is None:
                 return None
             try:
@@ -310,77 +444,3 @@ def cuda_compat_note(fd: int, label: str) -> dict | None:
         return None
     except OSError as e:
         raise NvctError(f"{label}: cannot read: {e.strerror or e}") from None
-
-
-def _named_note(data: bytes, end: str, align: int, name: str) -> bytes | None:
-    """The description of the first note in ``data`` called ``name`` (NULs around it ignored)."""
-    import struct
-
-    pos = 0
-    for _ in range(_MAX_NOTES):
-        if pos + _NOTE_HEADER_SIZE > len(data):
-            return None
-        namesz, descsz, _kind = struct.unpack_from(end + "III", data, pos)
-        name_at = pos + _NOTE_HEADER_SIZE
-        desc_at = name_at + -(-namesz // align) * align
-        if desc_at + descsz > len(data):
-            return None
-        if data[name_at:name_at + namesz].strip(b"\0") == name:
-            return data[desc_at:desc_at + descsz]
-        pos = desc_at + -(-descsz // align) * align
-    return None
-
-
-def soname(path: str) -> str | None:
-    """The SONAME of the 64-bit little-endian shared library at ``path``, or None; never raises.
-
-    For container starts (WSL2's driver store, Jetson's CSV lists), where
-    pyelftools' import would cost more than the start itself: ``struct`` on
-    the program headers (``PT_LOAD`` to map addresses, ``PT_DYNAMIC`` for
-    ``DT_SONAME`` and ``DT_STRTAB``), as ldconfig reads them.
-    """
-    import struct
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        head = os.pread(fd, 64, 0)
-        if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01" or struct.unpack_from("<H", head, 16)[0] != 3:
-            return None
-        phoff, = struct.unpack_from("<Q", head, 32)
-        phentsize, phnum = struct.unpack_from("<HH", head, 54)
-        if phentsize < 56 or phnum > 256:
-            return None
-        table = os.pread(fd, phentsize * phnum, phoff)
-        loads, dynamic = [], None
-        for i in range(len(table) // phentsize):
-            ptype, _, offset, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
-            if ptype == 1:
-                loads.append((vaddr, offset, filesz))
-            elif ptype == 2:
-                dynamic = (offset, min(filesz, 16 * _MAX_DYNAMIC_TAGS))
-        if dynamic is None:
-            return None
-        data = os.pread(fd, dynamic[1], dynamic[0])
-        strtab = name = None
-        for i in range(len(data) // 16):
-            tag, value = struct.unpack_from("<qQ", data, i * 16)
-            if tag == 0:
-                break
-            if tag == 5:
-                strtab = value
-            elif tag == 14:
-                name = value
-        if strtab is None or name is None:
-            return None
-        at = next((off + strtab - va for va, off, size in loads if va <= strtab < va + size), None)
-        if at is None:
-            return None
-        raw = os.pread(fd, 4096, at + name).split(b"\0", 1)[0]
-        return raw.decode("utf-8", "replace") or None
-    except (OSError, struct.error):
-        return None
-    finally:
-        os.close(fd)

@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-
 from nvct.base.errors import NvctError
+from nvct.linux import elf
 from nvct.simulate import devices, ldcache
 from nvct.simulate.datafiles import firmware_names
 from nvct.simulate.driver import BINARIES, CAPABILITY_LIBRARIES, Driver
@@ -97,13 +95,7 @@ def _resolve(root: str, path: str) -> str | None:
 
 
 def _soname_of(root: str, resolved: str, name: str) -> str:
-    with open(os.path.join(root, resolved.lstrip("/")), "rb") as f:
-        for section in ELFFile(f).iter_sections():
-            if isinstance(section, DynamicSection):
-                for tag in section.iter_tags():
-                    if tag.entry.d_tag == "DT_SONAME":
-                        return tag.soname
-    return name
+    return elf.read(os.path.join(root, resolved.lstrip("/"))).soname or name
 
 
 def _gpu(g) -> dict:

@@ -29,8 +29,6 @@ import os
 import shutil
 import sys
 
-from elftools.elf.elffile import ELFFile
-
 from nvct.base.errors import NvctError
 from nvct.discover import ldcache
 from nvct.linux import elf
@@ -131,10 +129,9 @@ def _elf_files(root: str):
 
 def loader_of(program: str | None = None) -> str:
     """The image's ELF loader: the PT_INTERP of ``program`` (default: its Python)."""
-    with open(os.path.realpath(program or sys.executable), "rb") as f:
-        for segment in ELFFile(f).iter_segments():
-            if segment["p_type"] == "PT_INTERP":
-                return os.path.realpath(segment.get_interp_name())
+    loader = elf.interpreter(os.path.realpath(program or sys.executable))
+    if loader is not None:
+        return os.path.realpath(loader)
     raise NvctError(f"{program or sys.executable}: has no ELF loader (a static Python cannot be bundled this way)")
 
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from nvct.rootfs import files as files_mod, ldconfig
+from nvct.rootfs import files as files_mod, ldconf, sandbox
 from nvct.base.errors import ContainerError
 from nvct.rootfs.ldconfig import (CONF_PATH, ReadOnlyRootfsError, host_ldconfig_path,
                            open_static_executable, update_ldcache)
@@ -224,7 +224,7 @@ def test_a_hanging_ldconfig_is_killed(image, built):
 
 @needs_root
 def test_setup_failure_in_the_child_is_reported(image, built, monkeypatch):
-    monkeypatch.setattr(ldconfig, "_KEEP_CAPS", {"no_such_cap"})
+    monkeypatch.setattr(sandbox, "_KEEP_CAPS", {"no_such_cap"})
     with pytest.raises(ContainerError, match="ldconfig in container root .*: unknown capab"):
         update_ldcache(str(image), [], ldconfig=f"@{built['probe']}")
 
@@ -254,8 +254,8 @@ def driver_image(tmp_path, built):
 
 def _ldconfig_runs(monkeypatch) -> list:
     runs = []
-    real = ldconfig._run_chrooted
-    monkeypatch.setattr(ldconfig, "_run_chrooted", lambda *a, **k: runs.append(a) or real(*a, **k))
+    real = sandbox.run
+    monkeypatch.setattr(sandbox, "run", lambda *a, **k: runs.append(a) or real(*a, **k))
     return runs
 
 
@@ -347,7 +347,7 @@ def test_ldconfig_runs_where_the_cache_cannot_be_patched_exactly(driver_image, b
     elif change == "old format":
         cache.write_bytes(b"ld.so-1.7.0\0" + bytes(4))
     elif change == "glibc-hwcaps twice":  # glibc reads the last; a patch would move the shared bytes twice
-        from tests.discover.test_ldcache import GEN, HW, _relaid
+        from tests.rootfs.test_cachepatch import GEN, HW, _relaid
 
         cache.write_bytes(_relaid(cache.read_bytes(), [GEN, HW, HW]))
     elif change == "not an x86-64 library":
@@ -368,7 +368,7 @@ def test_ldconfig_runs_where_the_cache_cannot_be_patched_exactly(driver_image, b
     ("aXbYc", "a*b*c", True), ("abd", "a*c", False), ("b.conf", "[ab].conf", True),
 ])
 def test_glob_match_without_re(name, pattern, expected):
-    assert ldconfig._match(name, pattern) is expected
+    assert ldconf._match(name, pattern) is expected
 
 
 def _conf_root(tmp_path, files: dict):
@@ -388,7 +388,7 @@ def test_conf_check_follows_includes_like_ldconfig(tmp_path):
     with _conf_root(tmp_path, {"/etc/ld.so.conf": "include ld.so.conf.d/*.conf\n",
                                "/etc/ld.so.conf.d/a.conf": "/opt/a\n# include /nowhere\n",
                                "/etc/ld.so.conf.d/b.conf": "include /etc/extra/*.conf\n"}) as root:
-        ldconfig.check_conf(root)
+        ldconf.check_conf(root)
 
 
 #: Confs that would hang ldconfig, and the line that refuses each.
@@ -410,4 +410,4 @@ def test_conf_check_refuses_what_would_hang_ldconfig(tmp_path, files, line):
 def refuse_conf(tmp_path, files: dict, line: str) -> None:
     with _conf_root(tmp_path, files) as root:
         with pytest.raises(ContainerError, match=line):
-            ldconfig.check_conf(root)
+            ldconf.check_conf(root)

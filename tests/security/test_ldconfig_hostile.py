@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from nvct.rootfs import ldconfig
+from nvct.rootfs import sandbox
 from nvct.rootfs.ldconfig import update_ldcache
 from nvct.linux.namespaces import in_private_mount_namespace
 from nvct.linux.fs import MS_NOSUID, mount
@@ -100,7 +100,7 @@ def test_without_the_procfs_detach_the_magic_link_escapes(tmp_path, shared_libra
     (root / "opt/nv").mkdir(parents=True)
     (root / "proc").mkdir()
     (root / FOLDER.lstrip("/")).symlink_to(f"/proc/{capless_pid}/root{host_lib}")
-    monkeypatch.setattr(ldconfig, "_detach_pseudo_mounts", lambda root_real: None)
+    monkeypatch.setattr(sandbox, "_detach_pseudo_mounts", lambda root_real: None)
 
     def work():
         mount("proc", str(root / "proc"), "proc", MS_NOSUID)
@@ -118,7 +118,7 @@ def test_an_image_cache_the_patch_cannot_prove_still_runs(tmp_path, sim_node, ru
     crashed (SIGSEGV). Such a cache is left to ldconfig: the program runs, finds the image's
     glibc-hwcaps library, and libcuda (jit-cdi mode, through the real runtime)."""
     from tests.support.gpu_runs import need_runtime, run_gpu
-    from tests.discover.test_ldcache import GEN, HW, HWLIB, LIBDIR, _relaid, hwcaps_image
+    from tests.rootfs.test_cachepatch import GEN, HW, HWLIB, LIBDIR, _relaid, hwcaps_image
 
     need_runtime(runtime)
     root = hwcaps_image(tmp_path / "image")
