@@ -14,124 +14,29 @@ cached, so a container that needs only ``utility`` never reads the rest.
 from __future__ import annotations
 
 import os
-import stat
 
-from nvct.discover import procfs
 from nvct.base.errors import DriverError, NvctError
 from nvct.base.log import logger
-from nvct.base.record import Record
+from nvct.discover import procfs
+from nvct.discover.catalog import (BIN_DIRS, BINARIES, COMPAT32, COMPAT32_ARCHES, CONFIG_DIRS, CONFIG_FILES, CTL_MINOR,
+                                   EXTRA_LIBRARIES, IPC, LIBRARIES, LIBRARY_SETS, MODESET_MINOR, MULTIARCH,
+                                   NVIDIA_MAJOR, OWN_VERSION_LIBRARIES, VDPAU_DIRS, XORG_FILES, XORG_ROOTS,
+                                   XORG_SUBDIRS, library_sets, vdpau_dirs)
+from nvct.discover.devnodes import _DeviceNodes
+from nvct.discover.records import Gpu, Library, MigDevice, Node
+from nvct.discover.rootpath import join_root as _join, resolve_in_root
 
-NVIDIA_MAJOR = 195
-CTL_MINOR = 255
-MODESET_MINOR = 254
+#: What callers import from here: the catalog's lists and the records, beside :class:`Driver`.
+__all__ = ["Driver", "Library", "MigDevice", "Gpu", "Node", "resolve_in_root", "library_sets", "vdpau_dirs",
+           "LIBRARIES", "BINARIES", "IPC", "LIBRARY_SETS", "EXTRA_LIBRARIES", "OWN_VERSION_LIBRARIES",
+           "CONFIG_FILES", "XORG_FILES", "MULTIARCH", "COMPAT32", "VDPAU_DIRS", "NVIDIA_MAJOR", "CTL_MINOR",
+           "MODESET_MINOR"]
 
-#: Libraries per capability, as libnvidia-container's lists (names up to ".so").
-LIBRARIES: dict[str, tuple[str, ...]] = {
-    "utility": ("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"),
-    "compute": (
-        "libcuda.so", "libcudadebugger.so", "libnvidia-opencl.so", "libnvidia-gpucomp.so",
-        "libnvidia-ptxjitcompiler.so", "libnvidia-fatbinaryloader.so", "libnvidia-allocator.so",
-        "libnvidia-compiler.so", "libnvidia-pkcs11.so", "libnvidia-pkcs11-openssl3.so",
-        "libnvidia-nvvm.so", "libnvidia-tileiras.so",
-    ),
-    "video": ("libvdpau_nvidia.so", "libnvidia-encode.so", "libnvidia-opticalflow.so", "libnvcuvid.so"),
-    "graphics": (
-        "libnvidia-eglcore.so", "libnvidia-glcore.so", "libnvidia-tls.so", "libnvidia-glsi.so",
-        "libnvidia-fbc.so", "libnvidia-ifr.so", "libnvidia-rtcore.so", "libnvoptix.so",
-        "libGLX_nvidia.so", "libEGL_nvidia.so", "libGLESv2_nvidia.so", "libGLESv1_CM_nvidia.so",
-        "libnvidia-glvkspirv.so", "libnvidia-cbl.so",
-    ),
-    "ngx": ("libnvidia-ngx.so",),
-}
 _LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
 _ARCH_WITNESSES = ("libcuda.so.1", "libnvidia-ml.so.1")
-
-
-BINARIES: dict[str, tuple[str, ...]] = {
-    "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"),
-    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server", "nvidia-imex", "nvidia-imex-ctl"),
-}
-_BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/local/sbin")
-
-#: Sockets and dirs of the driver's daemons (container path = host path).
-IPC = {
-    "utility": ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"),
-    "compute": ("/tmp/nvidia-mps",),
-}
-
-#: Which library lists a requested capability turns on, as libnvidia-container's container
-#: options do: ``video`` also the compute libraries (NVENC and NVDEC load libcuda),
-#: ``display`` also the graphics ones. ``display`` names the reference toolkit's extras.
-LIBRARY_SETS: dict[str, tuple[str, ...]] = {
-    "utility": ("utility",), "compute": ("compute",), "video": ("video", "compute"),
-    "graphics": ("graphics",), "display": ("graphics", "display"), "ngx": ("ngx",),
-}
-
-#: Libraries the reference toolkit adds to libnvidia-container's lists (its graphics mounts,
-#: and its CDI specs, which carry every ``*.so.*``). The EGL platform libraries and NVVM 7.0
-#: (``libnvidia-nvvm70.so.4``, newer drivers) have their own versions; libnvidia-allocator is
-#: what ``gbm/nvidia-drm_gbm.so`` points at.
-EXTRA_LIBRARIES: dict[str, tuple[str, ...]] = {
-    "compute": ("libnvidia-nvvm70.so",),
-    "graphics": ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so", "libnvidia-egl-wayland2.so",
-                 "libnvidia-egl-xcb.so", "libnvidia-egl-xlib.so", "libnvidia-vulkan-producer.so",
-                 "libnvidia-allocator.so"),
-    "display": ("libnvidia-gtk3.so", "libnvidia-wayland-client.so"),
-}
-OWN_VERSION_LIBRARIES = ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so", "libnvidia-egl-wayland2.so",
-                         "libnvidia-egl-xcb.so", "libnvidia-egl-xlib.so", "libnvidia-nvvm70.so")
-
-#: Config and data files found under /etc, else /usr/share (the reference's config dirs),
-#: per library set: (name, where it goes in the container; None: the path it was found at).
-_CONFIG_DIRS = ("/etc", "/usr/share")
-CONFIG_FILES: dict[str, tuple[tuple[str, str | None], ...]] = {
-    "compute": (("OpenCL/vendors/nvidia.icd", None),),
-    "graphics": (
-        ("glvnd/egl_vendor.d/10_nvidia.json", None),
-        ("egl/egl_external_platform.d/15_nvidia_gbm.json", None),
-        ("egl/egl_external_platform.d/10_nvidia_wayland.json", None),
-        ("egl/egl_external_platform.d/09_nvidia_wayland2.json", None),
-        ("egl/egl_external_platform.d/20_nvidia_xcb.json", None),
-        ("egl/egl_external_platform.d/20_nvidia_xlib.json", None),
-        ("nvidia/nvoptix.bin", None),
-        ("X11/xorg.conf.d/10-nvidia.conf", None),
-        ("X11/xorg.conf.d/nvidia-drm-outputclass.conf", None),
-        # The Vulkan loader reads /etc/vulkan on every distribution: always put them there.
-        ("vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/icd.d/nvidia_icd.json"),
-        ("vulkan/icd.d/nvidia_icd.x86_64.json", "/etc/vulkan/icd.d/nvidia_icd.x86_64.json"),
-        ("vulkan/icd.d/nvidia_layers.json", "/etc/vulkan/icd.d/nvidia_layers.json"),
-        ("vulkan/implicit_layer.d/nvidia_layers.json", "/etc/vulkan/implicit_layer.d/nvidia_layers.json"),
-    ),
-}
-
-#: The X server's driver modules (graphics and display), each taken from the first directory
-#: that has it: under the driver's library directory, then the distributions' module dirs.
-XORG_FILES = ("nvidia_drv.so", "libglxserver_nvidia.so.{version}")
-_XORG_SUBDIRS = ("modules/drivers", "modules/extensions", "modules/updates/drivers", "modules/updates/extensions")
-_XORG_ROOTS = ("/usr/lib/xorg", "/usr/lib64/xorg", "/usr/X11R6/lib", "/usr/X11R6/lib64")
-
-def library_sets(capabilities) -> set[str]:
-    """The library lists (keys of :data:`LIBRARIES`, :data:`EXTRA_LIBRARIES`) ``capabilities`` turn on."""
-    return {s for cap in capabilities for s in LIBRARY_SETS.get(cap, ())}
-
-
-#: Debian's multiarch folder of each architecture (as the ld cache names it) NVIDIA ships a driver for.
-MULTIARCH = {"x86_64": "x86_64-linux-gnu", "i386": "i386-linux-gnu", "aarch64": "aarch64-linux-gnu",
-             "ppc64": "powerpc64le-linux-gnu"}
-#: The 32-bit libraries a driver of each architecture also ships (``compat32``): none on arm64.
-COMPAT32 = {"x86_64": "i386"}
-_COMPAT32_ARCHES = frozenset(COMPAT32.values())
 #: ``uname -m`` -> the ld cache's name for that architecture.
 _UNAME_ARCH = {"ppc64le": "ppc64", "arm64": "aarch64"}
-
-
-def vdpau_dirs(arch: str) -> tuple[str, ...]:
-    """Where libvdpau looks for its drivers (modules outside the ld cache) on an ``arch`` node."""
-    return (f"/usr/lib/{MULTIARCH.get(arch, arch + '-linux-gnu')}/vdpau", "/usr/lib64/vdpau", "/usr/lib/vdpau")
-
-
-#: Every architecture's VDPAU folders (a library there is a VDPAU module, whatever the node).
-VDPAU_DIRS = tuple(dict.fromkeys(d for arch in MULTIARCH for d in vdpau_dirs(arch)))
+_COMPAT32_ARCHES = COMPAT32_ARCHES  # nvct.doctor.libraries' import, until it names nvct.discover.catalog
 
 _TLS = "libnvidia-tls.so"
 _TLS_ABI = (2, 3, 99)
@@ -156,81 +61,7 @@ class _cached:
         value = obj.__dict__[self.name] = self.fn(obj)
         return value
 
-class Library(Record):
-    """A driver library: ``path`` is where it lies under the driver root (and in the container)."""
-    __slots__ = ('path', 'soname', 'capability', 'arch')
-
-
-    path: str
-    soname: str
-    capability: str
-    arch: str
-
-    @property
-    def compat32(self) -> bool:
-        """A 32-bit library of a 64-bit node (i386 on x86-64)."""
-        return self.arch in _COMPAT32_ARCHES
-
-
-class MigDevice(Record):
-
-    __slots__ = ('gpu_index', 'index', 'gi', 'ci', 'gi_cap_minor', 'ci_cap_minor')
-    gpu_index: int
-    index: int
-    gi: int
-    ci: int
-    gi_cap_minor: int
-    ci_cap_minor: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.gpu_index}:{self.index}"
-
-
-class Gpu(Record):
-
-    __slots__ = ('index', 'minor', 'uuid', 'bus_id', 'model', 'migs')
-    _defaults = {'migs': ()}
-    _uncompared = frozenset({'migs'})
-    index: int
-    minor: int
-    uuid: str
-    bus_id: str
-    model: str
-    migs: tuple[MigDevice, ...]
-
-    @property
-    def mig_enabled(self) -> bool:
-        return bool(self.migs)
-
-    @property
-    def device_path(self) -> str:
-        return f"/dev/nvidia{self.minor}"
-
-
-class Node(Record):
-    """A character device node of the driver, as a container should see it."""
-    __slots__ = ('path', 'major', 'minor', 'host_path', 'file_mode')
-    _defaults = {'file_mode': None}
-
-
-    path: str
-    major: int
-    minor: int
-    host_path: str
-    file_mode: int | None
-
-
-def _expand(pattern: str) -> list[str]:
-    """``sorted(glob.glob(pattern))``; glob (and re) imported only for a pattern with wildcards."""
-    if not any(c in pattern for c in "*?["):
-        return [pattern] if os.path.lexists(pattern) else []
-    import glob
-
-    return sorted(glob.glob(pattern))
-
-
-class Driver:
+class Driver(_DeviceNodes):
     """The driver installation under the three roots; every fact is read on first use."""
 
     def __init__(self, driver_root: str = "/", dev_root: str = "/", proc_root: str = "/proc",
@@ -295,68 +126,6 @@ class Driver:
                              self.proc_root, info.minor, len(migs))
         return tuple(out)
 
-    # --- device nodes ---
-    def gpu_node(self, gpu: Gpu) -> Node:
-        return self._node(gpu.device_path, NVIDIA_MAJOR, gpu.minor)
-
-    def control_nodes(self) -> list[Node]:
-        """nvidiactl, uvm, uvm-tools and modeset, where the module provides them."""
-        out = [self._node("/dev/nvidiactl", NVIDIA_MAJOR, CTL_MINOR)]
-        uvm = self.majors.get("nvidia-uvm")
-        if uvm is not None:
-            out.append(self._node("/dev/nvidia-uvm", uvm, 0))
-            out.append(self._node("/dev/nvidia-uvm-tools", uvm, 1))
-        if os.path.exists(self.dev_host_path("/dev/nvidia-modeset")):
-            out.append(self._node("/dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR))
-        return out
-
-    def cap_node(self, minor: int) -> Node:
-        major = self.majors.get("nvidia-caps")
-        if major is None:
-            raise DriverError(f"{self.proc_root}/devices: no nvidia-caps major (MIG needs the nvidia-caps device)")
-        return self._node(f"/dev/nvidia-caps/nvidia-cap{minor}", major, minor, default_mode=0o444)
-
-    def imex_channel_node(self, channel: int) -> Node:
-        major = self.majors.get("nvidia-caps-imex-channels")
-        if major is None:
-            raise DriverError(
-                f"{self.proc_root}/devices: no nvidia-caps-imex-channels major (IMEX channels requested)")
-        return self._node(f"/dev/nvidia-caps-imex-channels/channel{channel}", major, channel)
-
-    def glob_nodes(self, *patterns: str) -> list[Node]:
-        """Existing character devices matching ``patterns`` under the device root (gated features)."""
-        out = []
-        for pattern in patterns:
-            for host in _expand(self.dev_host_path(pattern)):
-                try:
-                    st = os.stat(host)
-                except OSError:
-                    continue
-                if stat.S_ISCHR(st.st_mode):
-                    path = "/" + os.path.relpath(host, self.dev_root)
-                    out.append(Node(path, os.major(st.st_rdev), os.minor(st.st_rdev), host,
-                                    stat.S_IMODE(st.st_mode)))
-        return out
-
-    def drm_nodes(self, gpu: Gpu) -> list[Node]:
-        """The DRM card and render nodes of one GPU, through udev's by-path links."""
-        out = []
-        for suffix in ("card", "render"):
-            link = self.dev_host_path(f"/dev/dri/by-path/pci-{gpu.bus_id}-{suffix}")
-            if not os.path.islink(link):
-                continue
-            target = os.path.normpath(os.path.join(os.path.dirname(link), os.readlink(link)))
-            out.extend(n for n in self.glob_nodes("/" + os.path.relpath(target, self.dev_root)))
-        return out
-
-    def _node(self, path: str, major: int, minor: int, default_mode: int = 0o666) -> Node:
-        host = self.dev_host_path(path)
-        try:
-            mode = stat.S_IMODE(os.stat(host).st_mode)
-        except OSError:
-            mode = default_mode
-        return Node(path, major, minor, host, mode)
-
     # --- files under the driver root ---
     @property
     def ldcache_path(self) -> str:
@@ -387,7 +156,7 @@ class Driver:
         may be another machine's files, as a simulated node's). A cache with
         none of them, or with several ABIs, falls back to this machine's.
         """
-        found = {e.arch for e in self._cache_entries if e.key in _ARCH_WITNESSES} - _COMPAT32_ARCHES
+        found = {e.arch for e in self._cache_entries if e.key in _ARCH_WITNESSES} - COMPAT32_ARCHES
         if len(found) == 1:
             arch = found.pop()
             logger.debug("node architecture %s (the ld cache's libcuda.so.1, libnvidia-ml.so.1)", arch)
@@ -480,7 +249,7 @@ class Driver:
         out = []
         for cap in capabilities:
             for name in BINARIES.get(cap, ()):
-                for d in _BIN_DIRS:
+                for d in BIN_DIRS:
                     path = f"{d}/{name}"
                     if os.path.isfile(self.host_path(path)):
                         out.append(path)
@@ -527,7 +296,7 @@ class Driver:
         """(path under the driver root, container path) of the :data:`CONFIG_FILES` of ``sets``."""
         out = []
         for name, target in (entry for s in sorted(sets) for entry in CONFIG_FILES.get(s, ())):
-            for d in _CONFIG_DIRS:
+            for d in CONFIG_DIRS:
                 path = f"{d}/{name}"
                 if os.path.isfile(self.host_path(path)):
                     out.append((path, target or path))
@@ -538,8 +307,8 @@ class Driver:
         """:data:`XORG_FILES`, each from the first directory that has it (paths under the driver root)."""
         cuda = [lib for lib in self.all_libraries if lib.soname == "libcuda.so.1" and lib.arch == self.arch]
         libdir = os.path.dirname(cuda[0].path) if cuda else None
-        dirs = [f"{libdir}/nvidia/xorg"] + [f"{libdir}/xorg/{sub}" for sub in _XORG_SUBDIRS] if libdir else []
-        dirs += [f"{root}/{sub}" for root in _XORG_ROOTS for sub in _XORG_SUBDIRS]
+        dirs = [f"{libdir}/nvidia/xorg"] + [f"{libdir}/xorg/{sub}" for sub in XORG_SUBDIRS] if libdir else []
+        dirs += [f"{root}/{sub}" for root in XORG_ROOTS for sub in XORG_SUBDIRS]
         out = []
         for pattern in XORG_FILES:
             name = pattern.format(version=self.version)
@@ -586,53 +355,3 @@ class Driver:
                     if (info.gi, info.ci) in by_ids:
                         out[info.uuid] = (gpu.index, by_ids[(info.gi, info.ci)])
         return out
-
-
-def resolve_in_root(root: str, path: str, _hops: int = 40) -> str | None:
-    """Follow symlinks of ``path`` as if ``root`` were ``/``; the result is root-relative.
-
-    The driver root is trusted, but its links are absolute from its own point
-    of view (``/usr/lib/...``), so os.path.realpath would leave it.
-    """
-    result = _walk_in_root(root, path, _hops)
-    return result if result is not None and os.path.exists(_join(root, result)) else None
-
-
-def _walk_in_root(root: str, path: str, hops: int, links: list[tuple[str, str]] | None = None) -> str | None:
-    """The root-relative path ``path`` names once its links are followed inside ``root``.
-
-    Each link met is added to ``links`` (as (link, its target as written)).
-    None when a component is missing or more than ``hops`` links are met; the
-    last component itself is not checked (callers differ on a dangling link).
-    """
-    parts = [p for p in path.split("/") if p and p != "."]
-    resolved: list[str] = []
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        current = "/" + "/".join(resolved + [part])
-        try:
-            target = os.readlink(_join(root, current))
-        except FileNotFoundError:
-            return None
-        except OSError:
-            resolved.append(part)
-            continue
-        hops -= 1
-        if hops < 0:
-            return None
-        if links is not None:
-            links.append((current, target))
-        if target.startswith("/"):
-            resolved = []
-        parts = [p for p in target.split("/") if p and p != "."] + parts
-    return "/" + "/".join(resolved)
-
-
-def _join(root: str, path: str) -> str:
-    if root in ("", "/"):
-        return path if path.startswith("/") else "/" + path
-    return root.rstrip("/") + "/" + path.lstrip("/")

@@ -106,7 +106,7 @@ def chain(root: str, path: str) -> tuple[list[tuple[str, str]], str] | None:
     Links are followed as if ``root`` were ``/``: an absolute target is the
     board's path, ``..`` never leaves the root. None when nothing is there.
     """
-    from nvct.discover.driver import _join, _walk_in_root
+    from nvct.discover.rootpath import join_root as _join, walk_in_root as _walk_in_root
 
     links: list[tuple[str, str]] = []
     real = _walk_in_root(root, path, _MAX_HOPS, links)
