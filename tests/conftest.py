@@ -1,13 +1,89 @@
-"""Suite-wide settings and simulated GPU nodes.
+"""Suite-wide settings: lanes, Hypothesis profiles, simulated GPU nodes.
 
-In CI (NVCT_CI_NO_SKIP=1) a skipped test is a failure.
+Lanes (docs/contributing.md): ``containers`` marks a test that runs real
+containers or container engines, ``root`` one that needs root without them.
+Fixtures that start containers mark their users here, and a test that starts
+a runtime or an engine without the ``containers`` mark fails, so the fast lane
+(``-m "not containers"``) cannot grow a container test unnoticed.
+
+In CI (CI or NVCT_CI_NO_SKIP set) a skipped test is a failure and Hypothesis
+is derandomized; ``--hypothesis-profile=dev`` or NVCT_HYPOTHESIS_PROFILE=dev
+draws random examples.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import threading
 
 import pytest
+from hypothesis import settings
+
+#: Hypothesis's own deadline is a wall-clock assertion: none here (timing goes in tests/perf).
+settings.register_profile("dev", deadline=None)
+#: The same examples on every run: a CI failure reproduces, a CI pass is not a lucky draw.
+settings.register_profile("ci", deadline=None, derandomize=True, database=None, print_blob=True)
+_CI = bool(os.environ.get("CI") or os.environ.get("NVCT_CI_NO_SKIP"))
+settings.load_profile(os.environ.get("NVCT_HYPOTHESIS_PROFILE") or ("ci" if _CI else "dev"))
+
+#: Fixtures (tests/support/fixtures.py) that run containers or start an engine.
+CONTAINER_FIXTURES = frozenset({"oci_runtime", "private_dockerd", "private_containerd", "private_podman"})
+#: Fixtures that need root but run no container.
+ROOT_FIXTURES = frozenset({"sim_node", "sim_node_535", "sim_node_570", "sim_node_64"})
+#: Programs that run a container or talk to an engine: the system's, not a test's fake of the same name.
+_CONTAINER_PROGRAMS = frozenset({"runc", "crun", "ctr", "containerd", "dockerd", "docker", "podman",
+                                 "conmon", "mmdebstrap"})
+_SYSTEM_DIRS = ("/usr/", "/bin/", "/sbin/")
+#: A first argument that asks for facts only.
+_QUERIES = frozenset({"--version", "version", "--help", "help", "features", "spec"})
+#: The support modules whose every process is part of running a container or an engine.
+_CONTAINER_SUPPORT = tuple(os.path.join(os.path.dirname(__file__), "support", name + ".py")
+                           for name in ("runtimes", "docker", "containerd", "podman", "noderoot", "cri"))
+
+_running: pytest.Item | None = None
+_UNMARKED = pytest.StashKey[list]()
+
+
+def _starts_a_container(args, env) -> str | None:
+    """What a new process is, when it runs a container: its program, or the support module's function."""
+    argv = [os.fsdecode(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
+    program = argv[0] if argv and "/" in argv[0] else argv and shutil.which(argv[0], path=_path(env))
+    if (program and os.path.basename(program) in _CONTAINER_PROGRAMS
+            and os.path.realpath(program).startswith(_SYSTEM_DIRS) and not _query(argv[1:])):
+        return " ".join(argv[:3])
+    frame, called = sys._getframe(2), None
+    while frame is not None:  # the outermost support function: the one the test called
+        if frame.f_code.co_filename in _CONTAINER_SUPPORT:
+            called = f"tests.support.{os.path.basename(frame.f_code.co_filename)[:-3]}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return called
+
+
+def _path(env) -> str | None:
+    if env is None:
+        return os.environ.get("PATH")
+    path = env.get("PATH", env.get(b"PATH"))
+    return os.fsdecode(path) if path is not None else None
+
+
+def _query(rest: list[str]) -> bool:
+    """``runc --version``, ``containerd config dump``: facts, no container, no daemon."""
+    return (bool(rest) and rest[0] in _QUERIES) or "config" in rest and ("dump" in rest or "default" in rest)
+
+
+def _audit(event: str, args: tuple) -> None:
+    item = _running
+    if (event != "subprocess.Popen" or item is None or item.get_closest_marker("containers")
+            or threading.current_thread() is not threading.main_thread()):  # a thread may outlive its test
+        return
+    what = _starts_a_container(args[1], args[3])
+    if what:
+        item.stash.setdefault(_UNMARKED, []).append(what)
+
+
+sys.addaudithook(_audit)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -17,10 +93,38 @@ def _private_nvct_state(tmp_path_factory):
     os.environ["NVCT_STATE_DIR"] = str(tmp_path_factory.mktemp("nvct-state"))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Mark by fixture before ``-m`` selects; a skip for non-root marks ``root``."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & CONTAINER_FIXTURES:
+            item.add_marker(pytest.mark.containers)
+        if item.get_closest_marker("containers") or names & ROOT_FIXTURES or any(
+                "root" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.root)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _running
+    _running = item
+    try:
+        yield
+    finally:
+        _running = None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    unmarked = item.stash.get(_UNMARKED, None)
+    if unmarked and report.when != "teardown":
+        report.outcome = "failed"
+        report.longrepr = (f"runs containers ({', '.join(sorted(set(unmarked)))}) without the containers mark:"
+                           " add `pytestmark = pytest.mark.containers` to its module")
+        unmarked.clear()
     if os.environ.get("NVCT_CI_NO_SKIP") and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"

@@ -14,6 +14,8 @@ from tests.support.bundle import make_bundle
 from tests.support.gpu_runs import PATH_ENV, SHIM, need_runtime, refusal, run_gpu
 from tests.support.runtimes import run_container
 
+pytestmark = pytest.mark.containers
+
 BROKEN = '[nvidia-container-runtime]\nmode = "legacy"\nruntimes = ["runc"\n'  # an unclosed list
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from tests.support.gpu_runs import NVCT, VENV_BIN, need_runtime, node_config, run_gpu
 
+pytestmark = pytest.mark.containers
+
 
 def _logging_program(tmp_path, name: str) -> tuple[str, str]:
     directory = os.path.join(str(tmp_path), "toolkit")

@@ -10,9 +10,13 @@ import os
 import shutil
 import subprocess
 
+import pytest
+
 from tests.support.bundle import make_bundle
 from tests.support.gpu_runs import NVCT, PATH_ENV, SHIM, need_runtime, node_config, refusal
 from tests.support.runtimes import run_container
+
+pytestmark = pytest.mark.containers
 
 DEVICE_LIST = "/var/run/nvidia-container-devices"
 

@@ -29,6 +29,8 @@ from tests.support.fixtures import need_binaries, need_root
 from tests.support.proc import short_tempdir, unique_id, wait_until
 from tests.support.runtimes import RUNC
 
+pytestmark = pytest.mark.containers
+
 SYSTEMD = "/lib/systemd/systemd"
 UNITS = REPO / "packaging" / "systemd"
 KERNEL = os.uname().release

@@ -18,7 +18,8 @@ def test_apply_edits_cdi_semantics():
         additional_gids=[44])
     apply.apply_edits(spec, edits)
     assert spec["process"]["env"] == ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]
-    assert spec["linux"]["devices"] == [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 0o666}]
+    assert spec["linux"]["devices"] == [
+        {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 0o666}]
     assert spec["linux"]["resources"]["devices"] == [
         {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]
     assert spec["mounts"] == [{"destination": "/usr/bin/nvidia-smi", "type": "bind", "source": "/host/nvidia-smi",

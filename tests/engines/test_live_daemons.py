@@ -77,6 +77,7 @@ def _runtimes_and_default(d: Dockerd) -> tuple:
     return json.loads(names), json.loads(default)
 
 
+@pytest.mark.containers
 @needs_root
 @needs_docker
 def test_dockerd_starts_with_the_runtime_nvct_configured():
@@ -88,6 +89,7 @@ def test_dockerd_starts_with_the_runtime_nvct_configured():
     assert default == "nvidia"
 
 
+@pytest.mark.containers
 @needs_root
 @needs_docker
 def test_dockerd_runs_containers_with_the_nvct_runtime_as_default(busybox_image_tar):
@@ -98,6 +100,7 @@ def test_dockerd_runs_containers_with_the_nvct_runtime_as_default(busybox_image_
     assert result.stdout.strip() == "via-nvidia-runtime"
 
 
+@pytest.mark.containers
 @needs_root
 @needs_docker
 def test_running_dockerd_reloads_the_runtime_on_sighup():
@@ -115,6 +118,7 @@ def test_running_dockerd_reloads_the_runtime_on_sighup():
         # names (docs/runtime-configure.md); restart it after unconfigure.
 
 
+@pytest.mark.containers
 @needs_root
 @needs_containerd
 @pytest.mark.parametrize("drop_in", [False, True], ids=["plain", "drop-in"])

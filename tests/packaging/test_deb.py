@@ -291,6 +291,7 @@ def needs_root_and_apt(test):
 def needs_runc_and_rootfs(test):
     """runc, and what the test container's rootfs (or image) is built from."""
     for mark in (
+        pytest.mark.containers,
         pytest.mark.skipif(not os.access(RUNC, os.X_OK), reason=f"needs {RUNC}"),
         pytest.mark.skipif(not os.access(BUSYBOX, os.X_OK) or shutil.which("gcc") is None,
                            reason=f"needs {BUSYBOX} and gcc (the test container's rootfs or image)"),
@@ -567,6 +568,7 @@ def test_container_starts_during_install_upgrade_remove_and_purge(deb, tmp_path)
     assert not os.path.lexists(f"{SITE}/nvct") and not os.path.lexists(os.path.dirname(CONFFILE))
 
 
+@pytest.mark.containers  # nvct doctor asks the host's docker
 @needs_root_and_apt
 def test_an_install_under_umask_000_leaves_nothing_others_can_change(deb):
     import json

@@ -12,7 +12,7 @@ from tests.cdi.test_cli import _nvct
 GENERATE_BUDGET_S = 0.3
 
 
-def test_generate_for_8_gpus_with_mig_is_fast(entry_points, mig_node, tmp_path):  # noqa: F811
+def test_generate_for_8_gpus_with_mig_is_fast(entry_points, mig_node, tmp_path):
     out = str(tmp_path / "nvidia.yaml")
     timings = []
     for _ in range(5):

@@ -7,7 +7,7 @@ import time
 from tests.cli.test_explain_cli import _explain, bins, node  # noqa: F401 (fixtures)
 
 
-def test_explain_runs_in_under_a_second(node, bins):  # noqa: F811
+def test_explain_runs_in_under_a_second(node, bins):
     """A fresh process each time, as an operator runs it; the best of three."""
     times = []
     for _ in range(3):

@@ -5,13 +5,19 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nvct.base.errors import CacheError
 from nvct.discover import ldcache
-from tests.discover.test_ldcache import NEW_MAGIC, OLD_MAGIC, VALID, X86_64, new_cache, overlapping_cache, \
-    parses_or_fails_cleanly
+from tests.discover.test_ldcache import (
+    NEW_MAGIC,
+    OLD_MAGIC,
+    VALID,
+    X86_64,
+    new_cache,
+    overlapping_cache,
+    parses_or_fails_cleanly,
+)
 
 HOSTILE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nvct.request.requirements import check
 from tests.request.test_requirements import _ALPHABET, _FACTS, CUDA_12_4, facts, parse_or_refuse

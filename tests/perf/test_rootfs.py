@@ -13,7 +13,7 @@ from tests.rootfs.test_ldconfig import HANGING_CONFS, built, image, refuse_conf 
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, namespaces)")
-def test_a_hanging_ldconfig_is_killed_within_seconds(image, built):  # noqa: F811
+def test_a_hanging_ldconfig_is_killed_within_seconds(image, built):
     start = time.monotonic()
     with pytest.raises(ContainerError, match="killed after 0.5s"):
         update_ldcache(str(image), [], ldconfig=f"@{built['sleeper']}", timeout=0.5)

@@ -65,6 +65,7 @@ def node():
         yield n
 
 
+@pytest.mark.containers
 def test_commands_run_in_the_root_with_its_own_engines(node):
     versions = noderoot.package_versions(node.root, ["containerd", "runc", "crun", "docker.io"])
     assert int(versions["containerd"].split(".")[0]) >= 2, versions
@@ -76,6 +77,7 @@ def test_commands_run_in_the_root_with_its_own_engines(node):
     assert lines[3:] == ["/", "/"], out  # the root is its namespace's own root (pivot_root, not chroot)
 
 
+@pytest.mark.containers
 def test_tmp_is_shared_run_is_private_and_the_checkout_read_only(node, tmp_path):
     (tmp_path / "from-host").write_text("seen\n")
     marker = f"/run/nvct-noderoot-{os.getpid()}"
@@ -86,6 +88,7 @@ def test_tmp_is_shared_run_is_private_and_the_checkout_read_only(node, tmp_path)
     assert not refused.ok and "Read-only file system" in refused.stderr, refused.describe()
 
 
+@pytest.mark.containers
 def test_nvct_runs_from_the_checkout_under_the_roots_python(node):
     result = node.nvct("--version").check()
     assert result.stdout.startswith("nvct, version"), result.describe()
@@ -95,6 +98,7 @@ def test_nvct_runs_from_the_checkout_under_the_roots_python(node):
     assert version.strip() != "(3, 11)", where.stdout  # the root's interpreter, not the host's
 
 
+@pytest.mark.containers
 def test_dockerd_of_the_root_runs_a_container(node, busybox_image_tar):
     """For the CDI-routed ``--gpus`` of docker 28: its dockerd (and containerd 2.1) run in the root."""
     from tests.support.docker import Dockerd
