@@ -77,22 +77,58 @@ def read_state(stream: IO[str]) -> dict[str, Any]:
 
 
 def from_state(stream: IO[str]) -> HookContext:
-    """Find the rootfs: crun gives ``root``; runc only the bundle (``bundlePath`` when old)."""
+    """Find the rootfs: crun gives ``root``; runc only the bundle (``bundlePath`` when old).
+
+    With crun's ``root``, config.json is needed for nothing but what some steps read
+    from it: a hook that runs in the container's user namespace (podman ``--userns
+    nomap``/``auto``, toolkit #648) may not read it (:func:`_spec_here`).
+    """
     state = read_state(stream)
     bundle = state.get("bundle") or state.get("bundlePath")
-    spec: dict[str, Any] = {}
-    if bundle:
-        spec = ocispec.load(bundle)
+    pid = state.get("pid")
+    pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
     root = state.get("root")
     if root and isinstance(root, str):
+        spec = _spec_here(bundle) if bundle else {}
         rootfs = ocispec.root_path(root, bundle or "/")
     elif bundle:
+        spec = ocispec.load(bundle)
         rootfs = ocispec.rootfs(spec, bundle)
     else:
         raise SpecError("OCI state on stdin names no bundle")
-    pid = state.get("pid")
-    return HookContext(rootfs=rootfs, bundle=bundle, pid=pid if isinstance(pid, int) else None, spec=spec,
-                       from_runtime=True)
+    return HookContext(rootfs=rootfs, bundle=bundle, pid=pid, spec=spec, from_runtime=True)
+
+
+def _spec_here(bundle: str) -> dict[str, Any]:
+    """The bundle's spec, or, where this hook may not read it, only the user namespace's mappings.
+
+    The mappings, which the root's owner check needs, are the kernel's: the hook runs in
+    the container's user namespace (crun gives no pid it can see), ``/proc/self/uid_map``.
+    The steps that read the container's env then see none: ``check-requirements``
+    checks nothing (docs/cdi.md).
+    """
+    try:
+        return ocispec.load(bundle)
+    except SpecError:
+        try:
+            with open(ocispec.config_path(bundle), "rb"):
+                pass
+        except PermissionError:
+            return {"linux": {"uidMappings": _uid_map()}}
+        except OSError:
+            pass
+        raise
+
+
+def _uid_map() -> list[dict[str, int]]:
+    """This process's user namespace's ``uid_map`` as a spec's ``uidMappings``."""
+    try:
+        with open("/proc/self/uid_map") as f:
+            rows = [line.split() for line in f]
+    except OSError as e:
+        raise SpecError(f"this hook's user namespace (/proc/self/uid_map): {e.strerror}") from None
+    return [{"containerID": int(r[0]), "hostID": int(r[1]), "size": int(r[2])}
+            for r in rows if len(r) == 3 and all(x.isdigit() for x in r)]
 
 
 def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
