@@ -67,3 +67,14 @@ if [ -n "$stale" ] || ! (cd / && "$OLDPWD/.venv/bin/python" -c "import nvct, sys
   # compat mode: a .pth path entry, which wins over an installed nvct deb in dist-packages.
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . >/dev/null
 fi
+
+# The linter and type checker .ci/run runs before the tests (docs/contributing.md), pinned, from PyPI:
+# Debian 12's ruff and mypy are too old for pyproject.toml's settings.
+LINT_TOOLS=(ruff==0.17.6 mypy==2.4.1)
+for t in "${LINT_TOOLS[@]}"; do
+  [ "$(.venv/bin/python -m pip show "${t%%==*}" 2>/dev/null | sed -n 's/^Version: //p')" = "${t##*==}" ] || {
+    echo "setup: installing ${LINT_TOOLS[*]} into .venv"
+    .venv/bin/python -m pip install -q "${LINT_TOOLS[@]}"
+    break
+  }
+done

@@ -294,6 +294,7 @@ class Staged:
             raise
 
     def commit(self) -> None:
+        assert self._tmp is not None, "commit after commit or discard"
         try:
             os.rename(self._tmp, self._name, src_dir_fd=self._dir, dst_dir_fd=self._dir)
             self._tmp = None

@@ -49,7 +49,7 @@ def loads(text: str | bytes) -> Any:
             return json.loads(text)  # raises what json.loads raises
     start = _skip(text, 0)
     try:
-        value, end = _json.make_scanner(_Context())(text, start)
+        value, end = _json.make_scanner(_Context())(text, start)  # type: ignore[arg-type]  # a JSONDecoder's fields
     except (StopIteration, ValueError, SystemError):
         # The C scanner reports errors through json.decoder, which must be imported
         # (else SystemError): bad input is rare, let json.loads say what is wrong.

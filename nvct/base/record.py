@@ -13,6 +13,7 @@ from __future__ import annotations
 
 class Record:
     __slots__: tuple[str, ...] = ("_cached_key",)
+    _cached_key: tuple  # the compared fields, built on first use
     _defaults: dict = {}
     _uncompared: frozenset = frozenset({"reason"})
 

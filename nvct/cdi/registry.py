@@ -21,12 +21,12 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.request import cdinames as names
+from nvct.base.errors import RequestError, SpecError
 from nvct.cdi import spec as spec_mod
 from nvct.cdi.encoding import EXTENSIONS
 from nvct.cdi.spec import Spec
 from nvct.edits.model import ContainerEdits, DeviceNode
-from nvct.base.errors import RequestError, SpecError
+from nvct.request import cdinames as names
 
 TYPE_CHECKING = False  # typing costs an import on every CDI container start
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ def _device_node(node: Mapping, where: str) -> DeviceNode:
         info = _device_info(os.lstat(host_path))
         error = "not a device node"
     except OSError as e:
-        info, error = None, e.strerror
+        info, error = None, e.strerror or str(e)
     if info is None:
         if not minimal:
             raise SpecError(f"{prefix}: cannot use host device {host_path}: {error}")

@@ -6,8 +6,9 @@ import sys
 
 import click
 
+from nvct.base.errors import SpecError
 from nvct.cli import load_config
-from nvct.cli.cdi_generate import output_format
+from nvct.cli.cdi_generate import DEPRECATED_ENV, FLAG, LIST, OPTIONS, output_format, run
 
 
 @click.group("cdi", help="Container Device Interface specs: generate, list, transform.")
@@ -17,11 +18,9 @@ def cdi_group():
 
 def _generate_options(command):
     """The click options of ``cdi generate``, from its one table (:data:`nvct.cli.cdi_generate.OPTIONS`)."""
-    from nvct.cli.cdi_generate import DEPRECATED_ENV, FLAG, LIST, OPTIONS
-
     for opt in reversed(OPTIONS):
         env = opt.env + tuple(old for old, new in DEPRECATED_ENV.items() if new in opt.env)
-        kwargs = {"default": None, "help": f"{opt.help} [env: {', '.join(env)}]"}
+        kwargs: dict[str, object] = {"default": None, "help": f"{opt.help} [env: {', '.join(env)}]"}
         if opt.kind == FLAG:
             kwargs["is_flag"] = True
         else:
@@ -38,8 +37,6 @@ def _generate_options(command):
 @_generate_options
 @click.pass_context
 def generate_command(ctx, **params):
-    from nvct.cli.cdi_generate import run
-
     given = {k: (list(v) if isinstance(v, tuple) else v) for k, v in params.items() if v not in (None, ())}
     message = run(load_config(ctx), given)
     if message:
@@ -79,7 +76,6 @@ def transform_group():
 def transform_root_command(from_root, to_root, relative_to, input_path, output, fmt):
     from nvct.cdi import encoding, schema, spec as spec_mod, version
     from nvct.cdi.transform import transform_root
-    from nvct.base.errors import SpecError
 
     if input_path == "-":
         spec = spec_mod.parse(sys.stdin.buffer.read(), "<stdin>")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
+from nvct.base.errors import NvctError
+
 VALUE, LIST, FLAG = "value", "list", "flag"
 
 
@@ -100,7 +102,6 @@ def fast_main(argv: list[str]) -> int | None:
     if given is None:
         return None
     from nvct.config import file as config_mod
-    from nvct.base.errors import NvctError
 
     try:
         message = run(config_mod.load(os.environ.get(config_mod.CONFIG_ENV) or None), given)
@@ -127,9 +128,10 @@ def _parse(argv: list[str]) -> dict | None:
             given[opt.param] = True
             continue
         if not eq:
-            value = next(args, None)
-            if value is None or value.startswith("-"):
+            following = next(args, None)
+            if following is None or following.startswith("-"):
                 return None
+            value = following
         if opt.choices and value.lower() not in opt.choices:
             return None
         if opt.kind == LIST:
@@ -145,7 +147,6 @@ def resolve(given: dict, environ, config) -> dict:
     The device root defaults to a driver root given by flag or variable (the
     reference's rule); else it stays None, for the config's.
     """
-    from nvct.base.errors import NvctError
     from nvct.base.log import logger
 
     out = {opt.param: opt.default for opt in OPTIONS}
@@ -189,11 +190,10 @@ def resolve(given: dict, environ, config) -> dict:
 
 def run(config, given: dict) -> str | None:
     """Generate the spec; write it to stdout or ``output``. Returns the line for stderr, if any."""
-    from nvct.edits import csvmode
     from nvct.base import log
     from nvct.cdi import encoding, features, generate, spec as spec_mod
     from nvct.discover.driver import Driver
-    from nvct.base.errors import NvctError
+    from nvct.edits import csvmode
     from nvct.edits.build import hook_executable, ldconfig_setting
 
     if not log.logger.is_enabled_for("debug"):
@@ -258,7 +258,6 @@ def _warn_unused(o: dict) -> None:
 
 def _hook_path(value: str) -> str:
     """An absolute path, or a bare name found on PATH (``nvidia-ctk``, ``nvidia-cdi-hook``)."""
-    from nvct.base.errors import NvctError
     from nvct.oci.runtime import which
 
     if value.startswith("/"):
@@ -284,7 +283,6 @@ def output_format(fmt: str | None, output: str, default: str = "yaml") -> str:
     which no JSON parser reads, is refused.
     """
     from nvct.cdi.encoding import format_for
-    from nvct.base.errors import NvctError
 
     implied = format_for(output) if output else None
     if fmt and implied and fmt.lower() != implied:

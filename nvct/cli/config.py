@@ -20,7 +20,10 @@ from typing import Any
 import click
 
 from nvct.base.errors import ConfigError
+from nvct.base.fileutil import write_atomic
 from nvct.config.render import FEATURES, render
+from nvct.engines.document import TomlDocument
+from nvct.engines.engine import read_file
 
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
@@ -91,8 +94,6 @@ def show_command(ctx, config_file) -> None:
 def edit(path: str, sets: list) -> str:
     """The config at ``path`` with ``sets`` applied, checked, as TOML text."""
     from nvct.config.file import Config, parse_toml
-    from nvct.engines.document import TomlDocument
-    from nvct.engines.engine import read_file
 
     raw = read_file(path)
     if raw is None:
@@ -107,7 +108,7 @@ def edit(path: str, sets: list) -> str:
                 doc.delete(key)
             else:
                 doc.set(key, value)
-        text = doc.render().decode("utf-8")
+        text = (doc.render() or b"").decode("utf-8")
     warn_unknown_keys(Config(parse_toml(text.encode("utf-8"), path), path))
     return text
 
@@ -189,8 +190,6 @@ def _config_path(ctx, config_file: str | None) -> str:
 
 
 def _write(path: str, text: str, *, backup: bool) -> None:
-    from nvct.base.fileutil import write_atomic
-
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
         write_atomic(path, text, backup=path + ".nvct.bak" if backup else None)

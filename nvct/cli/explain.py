@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import click
 
 from nvct.cli import load_config
@@ -20,7 +23,8 @@ from nvct.cli import load_config
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--gpus", "gpus", metavar="VALUE", help="Instead: which path CLI run --gpus VALUE takes on this node "
               "(the NVIDIA hook, or CDI names resolved in the engine's spec directories).")
-@click.option("--cli", "cli", type=click.Choice(["docker", "ctr", "nerdctl", "podman"]), default="docker", show_default=True,
+@click.option("--cli", "cli", type=click.Choice(["docker", "ctr", "nerdctl", "podman"]), default="docker",
+              show_default=True,
               help="The CLI whose --gpus is explained.")
 @click.option("--docker-socket", default="/var/run/docker.sock", show_default=True, metavar="SOCKET",
               help="dockerd's socket (its program and PATH decide docker's path).")
@@ -29,8 +33,6 @@ from nvct.cli import load_config
 @click.pass_context
 def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff, as_json, gpus, cli,
                     docker_socket, docker_config):
-    import json
-
     from nvct.doctor import explain
     from nvct.oci import spec as ocispec
 
@@ -50,9 +52,6 @@ def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff
 
 
 def _explain_gpus(cli: str, value: str, docker_socket: str, docker_config: str, as_json: bool) -> None:
-    import json
-    import os
-
     from nvct.doctor import clipaths, explain
     from nvct.doctor.model import DEFAULT_PATH
 

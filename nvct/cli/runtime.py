@@ -10,7 +10,9 @@ import os
 
 import click
 
+from nvct import engines as runtimes
 from nvct.base.errors import ConfigError
+from nvct.engines import DEFAULT
 
 _ENGINES = ("docker", "containerd", "crio")
 _RUNTIME_BINARY = "nvidia-container-runtime"
@@ -77,8 +79,6 @@ def runtime_group() -> None:
               help="The engine's binary for --config-source=command.")
 def configure_command(engine, config_path, drop_in, mode, oci_hook_path, dry_run, name, runtime_path,
                       hook_binary, set_as_default, cdi, config_source, executable_path) -> None:
-    from nvct import engines as runtimes
-
     if _hook_mode(mode):
         if oci_hook_path is None:
             click.echo(runtimes.hook_json(hook_binary), nl=False)
@@ -110,8 +110,6 @@ def configure_command(engine, config_path, drop_in, mode, oci_hook_path, dry_run
 @click.option("--nvidia-runtime-name", "names", multiple=True, default=("nvidia",), show_default=True,
               help="Runtimes to remove when there is no nvct undo record (repeatable).")
 def unconfigure_command(engine, config_path, drop_in, mode, oci_hook_path, dry_run, names) -> None:
-    from nvct import engines as runtimes
-
     if _hook_mode(mode):
         if oci_hook_path is None:
             raise ConfigError("--config-mode=oci-hook needs --oci-hook-path to know which file to remove")
@@ -132,8 +130,6 @@ def _hook_mode(mode: str) -> bool:
 
 
 def _drop_in(value: str | None):
-    from nvct.engines import DEFAULT
-
     return DEFAULT if value is None else value
 
 

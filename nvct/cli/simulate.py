@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from nvct.simulate import build_node
 from nvct.simulate.driver import DEFAULT_DRIVER_VERSION
 
 
@@ -45,8 +46,6 @@ def node_command(directory, driver_version, gpus, mig, topology, device_nodes, f
         summary = (f"simulated WSL2 node at {m['roots']['driver_root']}: /dev/dxg, driver store "
                    f"{m['driver_store']}, {len(m['injected'])} files a container gets")
     else:
-        from nvct.simulate import build_node
-
         m = build_node(directory, driver_version=driver_version, topology=topology, gpus=gpus, mig=mig,
                        device_nodes=device_nodes, force=force, arch=arch)
         models = sorted({g["model"] for g in m["gpus"]})

@@ -6,17 +6,16 @@ dev-root``, ``proc-root``), so they work on a simulated node as on a host.
 
 from __future__ import annotations
 
+import os
+
 import click
 
-from nvct.cli import load_config
 from nvct.base.errors import NvctError
-
+from nvct.cli import load_config
 
 
 def _load_modules(config, dev_root: str, dry_run: bool) -> None:
     """``--load-kernel-modules``: nvct.node.kmods, as the hook's load-kmods (only for this kernel's /proc)."""
-    import os
-
     if dry_run:
         _warn("--load-kernel-modules: not loading anything (--dry-run)")
     elif os.path.normpath(config.proc_root) != "/proc":
@@ -41,7 +40,8 @@ def system_group() -> None:
               help="Where /dev is (default: --root, else the config's nvct.dev-root).")
 @click.option("--root", "--driver-root", "root", metavar="DIR",
               help="The driver root; the default dev root when --dev-root is not given (the reference's rule).")
-@click.option("--load-kernel-modules", is_flag=True, help="Load nvidia, nvidia_uvm, nvidia_modeset first (modprobe; this kernel's /proc only).")
+@click.option("--load-kernel-modules", is_flag=True,
+              help="Load nvidia, nvidia_uvm, nvidia_modeset first (modprobe; this kernel's /proc only).")
 @click.option("--dry-run", is_flag=True, envvar="DRY_RUN", help="Print what would be created; change nothing.")
 @click.pass_context
 def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kernel_modules, dry_run) -> None:
@@ -70,14 +70,13 @@ def create_device_nodes_command(ctx, control_devices, dev_root, root, load_kerne
               help="Link every node the loaded driver can have, not only the existing ones.")
 @click.option("--create-device-nodes", is_flag=True, envvar="CREATE_DEVICE_NODES",
               help="With --create-all: first create the missing control device nodes.")
-@click.option("--load-kernel-modules", is_flag=True, help="Load nvidia, nvidia_uvm, nvidia_modeset first (modprobe; this kernel's /proc only).")
+@click.option("--load-kernel-modules", is_flag=True,
+              help="Load nvidia, nvidia_uvm, nvidia_modeset first (modprobe; this kernel's /proc only).")
 @click.option("--dry-run", is_flag=True, envvar="DRY_RUN", help="Print what would be linked; change nothing.")
 @click.pass_context
 def create_dev_char_symlinks_command(ctx, dev_char_path, dev_root, create_all, create_device_nodes,
                                      load_kernel_modules, dry_run) -> None:
     from nvct.node import devices as system
-
-    import os
 
     config = load_config(ctx)
     dev_char_path = dev_char_path or os.path.join(dev_root or config.dev_char_root, "dev/char")

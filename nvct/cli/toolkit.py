@@ -9,6 +9,8 @@ is :func:`nvct.toolkit.run`; see docs/installer.md.
 from __future__ import annotations
 
 import json
+import os
+import traceback
 
 import click
 
@@ -111,7 +113,8 @@ _ENGINE = [
               "/run/containerd/containerd.sock, /var/run/crio/crio.sock)."),
     _opt("--runtime-pid-file", "runtime_pid_file", metavar="PATH", env="RUNTIME_PID_FILE",
          help="nvct: read the daemon's pid from this file instead of asking its socket."),
-    _opt("--restart-mode", "restart_mode", type=click.Choice(defaults.RESTART_MODES), env=["RUNTIME_RESTART_MODE", "CONTAINERD_RESTART_MODE", "DOCKER_RESTART_MODE", "CRIO_RESTART_MODE"],
+    _opt("--restart-mode", "restart_mode", type=click.Choice(defaults.RESTART_MODES),
+         env=["RUNTIME_RESTART_MODE", "CONTAINERD_RESTART_MODE", "DOCKER_RESTART_MODE", "CRIO_RESTART_MODE"],
          help="How the daemon picks the change up (default: signal; cri-o systemd)."),
     _opt("--enable-cdi-in-runtime/--no-enable-cdi-in-runtime", "enable_cdi_in_runtime", default=None,
          env="RUNTIME_ENABLE_CDI", help="Enable CDI in the engine (default: --cdi-enabled)."),
@@ -184,8 +187,6 @@ def install_command(debug: bool, **kwargs) -> None:
         code = run(Options(**kwargs))
     except Exception:
         if debug:
-            import traceback
-
             traceback.print_exc()
         raise
     raise SystemExit(code)
@@ -206,8 +207,6 @@ def _json_object(text: str) -> dict:
                        "or a directory of them; none: the default toolkit directory and the package's runtime paths.")
 @click.argument("paths", nargs=-1, metavar="[PATH]...")
 def prune_standins_command(paths: tuple[str, ...]) -> None:
-    import os
-
     from nvct.doctor.model import default_toolkit_dir
     from nvct.doctor.standins import places
     from nvct.toolkit import standin

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import json
 
-from nvct.doctor import (cdi, cgroups, config, devices, driver, libraries, permissions, platforms, runtimes,
-                         standins)
+from nvct.doctor import cdi, cgroups, config, devices, driver, libraries, permissions, platforms, runtimes, standins
 from nvct.doctor.model import FAIL, INFO, OK, STATUSES, WARN, Context, Finding, Options
 
 __all__ = ["Finding", "Options", "Context", "GROUPS", "run", "render_text", "render_json", "exit_code",

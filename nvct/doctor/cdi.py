@@ -10,9 +10,13 @@ from __future__ import annotations
 import os
 import re
 
-from nvct.discover.driver import OWN_VERSION_LIBRARIES
-from nvct.doctor.model import Context, fail, info, ok, warn
 from nvct.base.errors import NvctError
+from nvct.cdi.registry import Registry
+from nvct.config.file import Config
+from nvct.discover.driver import OWN_VERSION_LIBRARIES
+from nvct.doctor.devices import expected_nodes
+from nvct.doctor.model import Context, fail, info, ok, warn
+from nvct.edits.model import is_sealed
 
 _SO_VERSION = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
 _FIRMWARE_VERSION = re.compile(r"/firmware/nvidia/(\d+\.\d+(?:\.\d+)?)/")
@@ -22,15 +26,12 @@ _DEFAULT_SPEC = "/etc/cdi/nvidia.yaml"
 def spec_dirs(ctx: Context) -> list[str]:
     if ctx.options.cdi_dirs:
         return list(ctx.options.cdi_dirs)
-    from nvct.config.file import Config
 
     dirs = (ctx.config or Config(env={})).cdi_spec_dirs or ()
     return [dirs] if isinstance(dirs, str) else list(dirs)
 
 
 def check_specs(ctx: Context):
-    from nvct.cdi.registry import Registry
-
     dirs = spec_dirs(ctx)
     registry = ctx.memo("cdi", lambda: Registry(dirs))
     for path, reasons in registry.errors.items():
@@ -52,8 +53,6 @@ def check_specs(ctx: Context):
 
 
 def check_fresh(ctx: Context):
-    from nvct.cdi.registry import Registry
-
     registry = ctx.memo("cdi", lambda: Registry(spec_dirs(ctx)))
     specs = _nvidia_specs(registry)
     if not specs:
@@ -85,7 +84,7 @@ def _fresh(ctx: Context, spec):
         other = ", ".join(v for v in versions if v != ctx.version)
         yield fail("cdi.fresh", f"{spec.path} was made for driver {other}, the kernel module is {ctx.version}", fix)
     driver_numbers = _driver_numbers(ctx)
-    wrong = sorted({_node_mismatch(n, driver_numbers) for e in edits for n in e.get("deviceNodes") or ()} - {None})
+    wrong = sorted({m for e in edits for n in e.get("deviceNodes") or () if (m := _node_mismatch(n, driver_numbers))})
     if wrong:
         problems += 1
         yield fail("cdi.fresh", f"{spec.path}: device numbers differ from the driver's: {'; '.join(wrong[:3])} "
@@ -165,8 +164,6 @@ def _versions(edits):
 
 def _driver_numbers(ctx: Context) -> dict:
     """Each NVIDIA node's numbers as the driver registers them (procfs), by container path."""
-    from nvct.doctor.devices import expected_nodes
-
     if ctx.version is None or ctx.gpus is None:
         return {}
     try:
@@ -210,9 +207,6 @@ def _kind_options(spec) -> str:
 def check_hook_env(ctx: Context):
     """Every spec's hooks fix their env: without one, runc runs a createContainer hook with the
     container's environment in its rootfs (CVE-2025-23266), whoever's spec it is."""
-    from nvct.cdi.registry import Registry
-    from nvct.edits.model import is_sealed
-
     registry = ctx.memo("cdi", lambda: Registry(spec_dirs(ctx)))
     bad = 0
     for spec in registry.specs:
@@ -224,7 +218,8 @@ def check_hook_env(ctx: Context):
             yield warn("cdi.hook-env", f"{spec.path}: {len(hooks)} hook(s) without env, e.g. {hooks[0].get('path')} "
                        f"({hooks[0].get('hookName')}): under runc it runs with the container's environment",
                        f"regenerate it (nvct cdi generate --output {spec.path}), or "
-                       f"nvct cdi transform root --from / --input {spec.path} --output {spec.path} (gives hooks a fixed env)")
+                       f"nvct cdi transform root --from / --input {spec.path} --output {spec.path} "
+                       "(gives hooks a fixed env)")
     if registry.specs and not bad:
         yield ok("cdi.hook-env", f"every hook of {len(registry.specs)} spec(s) has a fixed env")
 
@@ -233,8 +228,6 @@ def check_writable_mounts(ctx: Context):
     """No spec lists a read-write bind mount of a host directory: podman, containerd and cri-o
     sort spec mounts by depth, so it comes before deeper targets, and an image symlink into it
     makes the runtime create those in the host's directory (as the reference's /tmp/nvidia-mps)."""
-    from nvct.cdi.registry import Registry
-
     registry = ctx.memo("cdi", lambda: Registry(spec_dirs(ctx)))
     bad = 0
     for spec in registry.specs:
@@ -246,7 +239,8 @@ def check_writable_mounts(ctx: Context):
             bad += 1
             mount = found[0]
             if spec in _nvidia_specs(registry):
-                fix = f"nvct cdi generate --output {spec.path}{_kind_options(spec)} (its hook mounts the MPS directory last)"
+                fix = (f"nvct cdi generate --output {spec.path}{_kind_options(spec)} "
+                       "(its hook mounts the MPS directory last)")
             else:
                 fix = "ask the spec's vendor for one without read-write directory mounts"
             yield warn("cdi.writable-mounts",

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 
-from nvct.doctor.model import Context, fail, info, ok, warn
 from nvct.base.errors import NvctError
+from nvct.doctor import devices
+from nvct.doctor.model import Context, fail, info, ok, warn
+from nvct.edits.build import hook_source
+from nvct.modifier.modes import legacy_hook_path
+from nvct.oci import runtime as lowlevel
 
 
 def check_file(ctx: Context):
@@ -71,13 +76,11 @@ def _empty_driver_root(ctx: Context):
         return fail("config.roots", f"{seen}; driver {version} is installed under {elsewhere}",
                     ctx.set_command(key, elsewhere))
     return fail("config.roots", seen, ctx.set_command(key, "<directory>") + " (where the driver is installed; "
-                "a driver container's is /run/nvidia/driver), or install driver " + version + "'s libraries")
+                f"a driver container's is /run/nvidia/driver), or install driver {version}'s libraries")
 
 
 def _other_dev(ctx: Context, dev_root: str) -> str:
     """A note when the host's /dev also holds the NVIDIA nodes, which nvct then does not use."""
-    from nvct.doctor import devices
-
     if os.path.normpath(dev_root) == os.path.normpath(devices.HOST_ROOT) or ctx.driver is None:
         return ""
     try:
@@ -94,7 +97,6 @@ def check_runtimes(ctx: Context):
     if ctx.config is None:
         yield ctx.skipped("config.runtimes", "nvct's config does not load (see config.file)")
         return
-    from nvct.oci import runtime as lowlevel
 
     try:
         path = lowlevel.find(ctx.config.runtimes)
@@ -119,8 +121,6 @@ _RUNC_FIXED = (1, 1, 14)
 
 def _runc_version(path: str) -> tuple[int, ...] | None:
     """runc's version from ``runc --version`` ("runc version 1.1.5+ds1"); None for other runtimes."""
-    import subprocess
-
     if "runc" not in os.path.basename(path):
         return None
     try:
@@ -137,12 +137,8 @@ def check_hook(ctx: Context):
         yield ctx.skipped("config.hook", "nvct's config does not load (see config.file)")
         return
     if ctx.config.mode == "legacy":
-        from nvct.modifier.modes import legacy_hook_path
-
         path, key = legacy_hook_path(ctx.config), "nvidia-container-runtime-hook.path"
     else:
-        from nvct.edits.build import hook_source
-
         try:
             path, key = hook_source(ctx.config)
         except NvctError as e:
@@ -152,10 +148,9 @@ def check_hook(ctx: Context):
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         if ctx.config.mode == "legacy":
             broken = "GPU containers fail to start at their prestart hook"
-        else:  # nvct.modifier.prepare does the chain's work before the runtime where it can (docs/security.md)
-            broken = ("GPU containers whose links and ld cache the shim cannot write itself (an image whose CUDA "
-                      "compat libcuda is newer than the driver, a volume over a library folder) fail to start at "
-                      "their createContainer hook; the others start")
+        else:  # the shim leaves it the params mask at least (nvct.modifier.prepare, docs/security.md)
+            broken = ("GPU containers fail to start at their createContainer hook (it masks the driver params on "
+                      "every start, and does the links and ld cache the shim cannot write itself)")
         yield fail("config.hook", f"{path} ({key}, run by containers' hooks in {ctx.config.mode} mode) "
                    f"is not an executable file: {broken}", ctx.set_command(key, "<absolute path of it>"))
         return

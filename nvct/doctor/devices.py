@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.discover.driver import NVIDIA_MAJOR
 from nvct.base.errors import NvctError
+from nvct.discover.driver import NVIDIA_MAJOR
+from nvct.doctor.model import Context, fail, info, ok, warn
 
 _CHAR_LINKS_FIX = "nvct system create-dev-char-symlinks --create-all"
 
@@ -57,8 +57,8 @@ def expected_nodes(ctx: Context) -> list:
 
 def check_nodes(ctx: Context):
     nodes = _nodes_or_skip(ctx)
-    if nodes is not None and ctx.missing_root("dev"):
-        yield ctx.skipped("devices.nodes", ctx.missing_root("dev"))
+    if nodes is not None and (why := ctx.missing_root("dev")):
+        yield ctx.skipped("devices.nodes", why)
         return
     if nodes is None:
         yield ctx.skipped("devices.nodes", "no kernel module or no device majors (see driver.module)")
@@ -94,8 +94,8 @@ def check_nodes(ctx: Context):
 
 def check_modes(ctx: Context):
     nodes = _nodes_or_skip(ctx)
-    if nodes is not None and ctx.missing_root("dev"):
-        yield ctx.skipped("devices.modes", ctx.missing_root("dev"))
+    if nodes is not None and (why := ctx.missing_root("dev")):
+        yield ctx.skipped("devices.modes", why)
         return
     if nodes is None:
         yield ctx.skipped("devices.modes", "no device nodes (see devices.nodes)")
@@ -125,8 +125,8 @@ def check_char_links(ctx: Context):
     if nodes is None:
         yield ctx.skipped("devices.char-links", "no device nodes (see devices.nodes)")
         return
-    if ctx.missing_root("dev"):
-        yield ctx.skipped("devices.char-links", ctx.missing_root("dev"))
+    if why := ctx.missing_root("dev"):
+        yield ctx.skipped("devices.char-links", why)
         return
     links_root = ctx.config.dev_char_root  # the host's /dev unless a dev root is set
     char_dir = os.path.join(links_root, "dev/char")

@@ -48,7 +48,7 @@ def check_version(ctx: Context):
         yield ctx.skipped("driver.version", "no kernel module (see driver.module)")
         return
     if ctx.version is None:
-        yield fail("driver.version", ctx.version_error, "reload the module: " + _LOAD_FIX)
+        yield fail("driver.version", ctx.version_error or "", "reload the module: " + _LOAD_FIX)
         return
     yield ok("driver.version", f"driver version {ctx.version}")
 
@@ -58,7 +58,7 @@ def check_gpus(ctx: Context):
         yield ctx.skipped("driver.gpus", "no driver version (see driver.module)")
         return
     if ctx.gpus is None:
-        yield fail("driver.gpus", ctx.gpus_error, "reload the module: " + _LOAD_FIX)
+        yield fail("driver.gpus", ctx.gpus_error or "", "reload the module: " + _LOAD_FIX)
         return
 
     excluded = [g for g in procfs.gpus(ctx.driver.proc_root) if g.excluded]
@@ -83,8 +83,8 @@ def check_nvml(ctx: Context):
     if ctx.version is None:
         yield ctx.skipped("driver.nvml", "no driver version (see driver.module)")
         return
-    if ctx.missing_root("driver"):  # NVML is loaded from the driver root
-        yield ctx.skipped("driver.nvml", ctx.missing_root("driver"))
+    if why := ctx.missing_root("driver"):  # NVML is loaded from the driver root
+        yield ctx.skipped("driver.nvml", why)
         return
     if ctx.empty_driver_root:
         yield ctx.skipped("driver.nvml", f"{ctx.empty_driver_root} (see config.roots)")

@@ -13,14 +13,27 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from nvct.modifier import modes
-from nvct.edits.model import ContainerEdits, with_reason
 from nvct.base.errors import NvctError, RequestError
+from nvct.cdi import modes as cdi_modes
+from nvct.cdi.features import for_jit
+from nvct.cdi.registry import Registry, container_edits
+from nvct.discover.driver import Driver
+from nvct.doctor import clipaths
+from nvct.edits import build as injection, sandbox, steps as kinds
+from nvct.edits.build import selection_for
+from nvct.edits.model import ContainerEdits, Hook, as_chain, with_reason
+from nvct.edits.steps import MaskParams
+from nvct.hooks.steps import compat_choice
+from nvct.modifier import legacy as realize, modes
+from nvct.modifier.modes import GPU_REQUEST_ENV
+from nvct.oci import runtime as lowlevel, spec as ocispec
+from nvct.oci.spec import merge_env
+from nvct.request import container as request_mod, requirements
 from nvct.request.container import VISIBLE_DEVICES
+from nvct.rootfs.root import Rootfs
 
 #: Where NVIDIA_REQUIRE_* conditions are enforced, per mode.
 ENFORCED_BY = {"legacy": "the prestart hook", "jit-cdi": "the shim", "cdi": None}
@@ -66,7 +79,7 @@ def spec_from_options(env: Sequence[str] = (), *, privileged: bool = False,
     ``env`` and ``annotations`` are ``K=V``; ``mounts`` are ``SRC:DST`` bind mounts
     (how device plugins list devices: ``/dev/null:/var/run/nvidia-container-devices/0``).
     """
-    spec = copy.deepcopy(base) if base is not None else {
+    spec: dict[str, Any] = copy.deepcopy(base) if base is not None else {
         "ociVersion": "1.0.2",
         "process": {"args": ["sh"], "env": [DEFAULT_ENV], "cwd": "/",
                     "capabilities": {"bounding": ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]}},
@@ -76,8 +89,6 @@ def spec_from_options(env: Sequence[str] = (), *, privileged: bool = False,
     }
     process = spec.setdefault("process", {})
     if env:
-        from nvct.oci.spec import merge_env
-
         for item in env:
             _pair(item, "-e")
         process["env"] = merge_env(process.get("env") or [], list(env))
@@ -103,8 +114,6 @@ def spec_from_options(env: Sequence[str] = (), *, privileged: bool = False,
 
 def _runtime(config) -> str | None:
     """The low-level runtime the shim would run (it changes how a read-only root is made)."""
-    from nvct.oci import runtime as lowlevel
-
     try:
         return lowlevel.find(config.runtimes)
     except NvctError:
@@ -117,8 +126,6 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None,
 
     ``rewritten``: what :func:`unrewrite` took out of ``spec``, to be shown.
     """
-    from nvct.request import container as request_mod
-
     result = Explanation(configured_mode=config.mode, before=copy.deepcopy(spec), rewritten=list(rewritten))
     try:
         result.request = request_mod.from_spec(spec, config)
@@ -135,8 +142,6 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None,
         result.error = str(e)
         return result
     if result.mode != "cdi":
-        from nvct.discover.driver import Driver
-
         driver = driver or Driver.from_config(config)
     after = copy.deepcopy(spec)
     try:
@@ -147,8 +152,6 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None,
         result.why = modification.why  # jit-cdi's names sandbox edits
         if result.mode == "legacy":
             if modification.edits.hooks:
-                from nvct.edits import build as injection
-
                 result.inside = injection.container_edits(result.request, driver, config)
                 result.inside_proc = _legacy_proc(result.request, driver, config)
                 modes.check_requirements(result.request, driver, config)
@@ -171,12 +174,6 @@ def _compat(result: Explanation, config, driver, bundle: str | None) -> str:
     Error 804 ("forward compatibility was attempted on non supported HW") is the
     usual report when it is used where it cannot work: this says which way and why.
     """
-    from nvct.edits import steps as kinds
-    from nvct.edits.model import as_chain
-    from nvct.oci import spec as ocispec
-    from nvct.hooks.steps import compat_choice
-    from nvct.rootfs.root import Rootfs
-
     edits = result.inside if result.mode == "legacy" else _edits_of(result.before, config, driver)
     compat = None
     for hook in edits.hooks if edits is not None else ():
@@ -184,9 +181,9 @@ def _compat(result: Explanation, config, driver, bundle: str | None) -> str:
         if chain is None:  # NVIDIA's: [nvidia-ctk] [hook] <name> flags...
             argv = list(hook.args[1:])
             argv = argv[1:] if argv[:1] == ["hook"] else argv
-            found = kinds.parse(argv)
+            found = tuple(kinds.parse(argv))
         else:
-            found = chain.steps
+            found = tuple(chain.steps)
         compat = next((s for s in found if isinstance(s, kinds.EnableCudaCompat)), compat)
     if compat is None:
         return ""
@@ -213,14 +210,11 @@ def unrewrite(spec: dict, config, *, bundle: str | None = None, driver=None) -> 
     CDI names, ``all``, or none in env), the one whose edits the spec contains,
     the largest. ``(spec, [])`` when the spec was not rewritten.
     """
-    from nvct.oci import spec as ocispec
-
     spec = copy.deepcopy(spec)
     notes = _drop_legacy_hooks(spec)
     env = (spec.get("process") or {}).get("env") or []
     if f"{VISIBLE_DEVICES}=void" not in env or not _jit_marks(spec, bundle, notes):
         return spec, notes
-    from nvct.discover.driver import Driver
 
     driver = driver or Driver.from_config(config)
     devices = {d.get("path") for d in (spec.get("linux") or {}).get("devices") or ()}
@@ -254,8 +248,6 @@ def unrewrite(spec: dict, config, *, bundle: str | None = None, driver=None) -> 
 
 def _drop_legacy_hooks(spec: dict) -> list[str]:
     """Take out legacy mode's prestart hook (its env carries nvct's marker)."""
-    from nvct.modifier.modes import GPU_REQUEST_ENV
-
     hooks = spec.get("hooks") or {}
     kept = [h for h in hooks.get("prestart") or () if f"{GPU_REQUEST_ENV}=1" not in (h.get("env") or ())]
     if len(kept) == len(hooks.get("prestart") or ()):
@@ -281,9 +273,6 @@ def _jit_marks(spec: dict, bundle: str | None, notes: list[str]) -> bool:
 
 def _is_mask_hook(hook: dict) -> bool:
     """The chain the shim leaves when it did the rest (nvct.modifier.prepare): the params mask alone."""
-    from nvct.edits.model import Hook, as_chain
-    from nvct.edits.steps import MaskParams
-
     args = hook.get("args") or []
     if not all(isinstance(a, str) for a in args):
         return False
@@ -316,8 +305,6 @@ def _candidates(driver, devices: set, cdi_first: bool) -> list:
 
 def _edits_of(spec: dict, config, driver) -> ContainerEdits | None:
     """The edits the shim would add for ``spec``'s request (without a bundle: nothing is planned)."""
-    from nvct.request import container as request_mod
-
     try:
         request = request_mod.from_spec(spec, config)
         if not request.is_gpu:
@@ -326,12 +313,7 @@ def _edits_of(spec: dict, config, driver) -> ContainerEdits | None:
         if mode == "legacy":
             return None
         if mode == "cdi":
-            from nvct.cdi import modes as cdi_modes
-
             return cdi_modes.edits_for(request, config)
-        from nvct.edits import build as injection
-        from nvct.edits import sandbox
-        from nvct.cdi.features import for_jit
 
         return injection.container_edits(request, driver, config, generation=for_jit(config),
                                          sandbox=sandbox.wanted(spec, config)[0])
@@ -371,9 +353,6 @@ def _no_gpu_reason(request) -> str:
 
 def _cdi_reasons(result: Explanation, config) -> None:
     """Say which spec file and device each edit of cdi mode came from."""
-    from nvct.cdi import modes as cdi_modes
-    from nvct.cdi.registry import Registry, container_edits
-
     wanted = cdi_modes.requested_names(result.request, config)
     if any(n.startswith(cdi_modes.AUTOMATIC_KIND + "=") for n in wanted):
         _fill_reasons(result.edits, {}, f"generated for this request ({cdi_modes.AUTOMATIC_KIND})")
@@ -403,10 +382,8 @@ def _requirements(result: Explanation, config, driver) -> None:
     request = result.request
     if not request.requirements:
         return
-    from nvct.request import requirements
-    from nvct.discover.driver import Driver
 
-    enforced = ENFORCED_BY.get(result.mode)
+    enforced = ENFORCED_BY.get(result.mode or "")
     result.requirements_note = (f"enforced by {enforced}" if enforced else
                                 f"not enforced in {result.mode} mode")
     driver = driver or Driver.from_config(config)
@@ -416,8 +393,6 @@ def _requirements(result: Explanation, config, driver) -> None:
             props |= requirements.parse(expr, name=name).properties
         gpus = []
         if ("arch" in props or "brand" in props) and result.mode != "cdi":
-            from nvct.edits.build import selection_for
-
             gpus = selection_for(request, driver, config).all_parents()
         try:
             facts = requirements.driver_facts(driver, gpus, "cuda" in props, bool(gpus))
@@ -448,9 +423,6 @@ def spec_diff(result: Explanation) -> str:
 
 def _legacy_proc(request, driver, config) -> list[str]:
     """The legacy hook's view of /proc/driver/nvidia (nvct.modifier.legacy)."""
-    from nvct.edits import build as injection
-    from nvct.modifier import legacy as realize
-
     selection = injection.selection_for(request, driver, config)
     return realize.procfs_paths(realize.procfs_view(request, driver, selection))
 
@@ -609,13 +581,9 @@ def explain_gpus(cli: str, value: str, route, dirs: Sequence[str]) -> dict:
     On the CDI path the names are resolved in the engine's spec directories, as the
     engine resolves them; on the hook path the hook gets NVIDIA_VISIBLE_DEVICES.
     """
-    from nvct.doctor import clipaths
-
     out: dict = {"cli": cli, "value": value, "path": route.route, "why": route.why, "program": route.program,
                  "spec_dirs": list(dirs), "error": None}
     if route.route == clipaths.CDI:
-        from nvct.cdi.registry import Registry
-
         out["names"] = clipaths.cdi_names(cli, value)
         try:
             out["edits"] = Registry(dirs).resolve(out["names"])

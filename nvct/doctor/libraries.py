@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import re
 
-from nvct.doctor.model import LIB_DIRS as _LIB_DIRS
-from nvct.doctor.model import Context, fail, info, ok, warn
-from nvct.discover.driver import _COMPAT32_ARCHES, LIBRARIES, resolve_in_root
+from nvct.discover.catalog import COMPAT32_ARCHES, LIBRARIES
+from nvct.discover.rootpath import resolve_in_root
+from nvct.doctor.model import LIB_DIRS as _LIB_DIRS, Context, fail, info, ok, warn
 
 _LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in names}
 _VERSION_RE = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
@@ -34,7 +34,7 @@ class _Lib:
         self.link = entry.value
         self.arch = entry.arch
         self.real = real
-        self.capability = "compat32" if entry.arch in _COMPAT32_ARCHES else capability
+        self.capability = "compat32" if entry.arch in COMPAT32_ARCHES else capability
         match = _VERSION_RE.search(real or "")
         self.version = match.group(1) if match else None
 
@@ -62,11 +62,11 @@ def check_ldcache(ctx: Context):
     if ctx.driver is None:
         yield ctx.skipped("libraries.ldcache", "nvct's config does not load (see config.file)")
         return
-    if ctx.ldcache is None and ctx.missing_root("driver"):
-        yield ctx.skipped("libraries.ldcache", ctx.missing_root("driver"))
+    if ctx.ldcache is None and (why := ctx.missing_root("driver")):
+        yield ctx.skipped("libraries.ldcache", why)
         return
     if ctx.ldcache is None:
-        yield fail("libraries.ldcache", ctx.ldcache_error, _ldconfig(ctx))
+        yield fail("libraries.ldcache", ctx.ldcache_error or "", _ldconfig(ctx))
         return
     libs = _scan(ctx)
     yield ok("libraries.ldcache", f"{ctx.driver.ldcache_path}: {len(ctx.ldcache)} entries, "
@@ -100,7 +100,7 @@ def _capability(ctx: Context, capability: str, libs: list[_Lib]):
     version = ctx.version
     good = {lib.real for lib in libs if lib.version == version}
     dangling = [lib for lib in libs if lib.real is None]
-    other = {}
+    other: dict = {}
     for lib in libs:
         if lib.real is not None and lib.version != version:
             # Several keys (libcuda.so.1, libcuda.so) may lead to one file: name the longest.
@@ -134,6 +134,7 @@ def _capability(ctx: Context, capability: str, libs: list[_Lib]):
 
 
 def _mismatch_fix(ctx: Context, lib: _Lib) -> str:
+    assert lib.real is not None  # a library of another version: a file was found
     directory = os.path.dirname(lib.real)
     base = os.path.basename(lib.real)[: -len(lib.version or "")] if lib.version else None
     wanted = f"{base}{ctx.version}" if base else None

@@ -214,9 +214,11 @@ class Context:
         if os.path.basename(os.path.normpath(driver.proc_root)) == "proc":
             candidates.append(os.path.dirname(os.path.normpath(driver.proc_root)))
         candidates += OTHER_DRIVER_ROOTS
-        here = os.path.normpath(driver.driver_root)
+        here, version = os.path.normpath(driver.driver_root), self.version
+        if version is None:
+            return None
         for root in candidates:
-            if os.path.normpath(root) != here and holds_driver(root, self.version):
+            if os.path.normpath(root) != here and holds_driver(root, version):
                 return os.path.normpath(root)
         return None
 

@@ -20,10 +20,14 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 
+from nvct.base.errors import NvctError
+from nvct.config.file import parse_toml
 from nvct.doctor.model import Context, fail, ok
 from nvct.linux.ownership import ancestors, walk, weakness
+from nvct.oci import runtime as lowlevel
 from nvct.toolkit.layout import RUNTIMES_DIR
 
 ID = "permissions.chain"
@@ -92,9 +96,9 @@ def chain(ctx: Context) -> tuple[set[str], set[str]]:
             pythons.add(os.path.abspath(path))
             sources.append(_imports_of(path))
     for located, search in sources:
-        for path in located:
-            if path:
-                (trees if os.path.isdir(path) else files).add(path)
+        for found in located:
+            if found:
+                (trees if os.path.isdir(found) else files).add(found)
         files |= {d for d in search if d and os.path.isdir(d)}
     files |= _with_target(sys.executable)
     files.add(ctx.config_file)
@@ -191,8 +195,6 @@ _ASK = ("import importlib.util as u, json, sys\n"
 
 def _imports_of(python: str) -> tuple[list, list]:
     """Where ``python -I`` (as the programs start it) finds nvct and its dependencies, and its sys.path."""
-    import subprocess
-
     try:
         out = subprocess.run([python, "-I", "-c", _ASK, *PACKAGES], capture_output=True, timeout=10,
                              stdin=subprocess.DEVNULL, cwd="/", env={"PATH": "/usr/bin:/bin"}, check=False).stdout
@@ -222,8 +224,6 @@ def _config_programs(ctx: Context) -> list[str]:
         if isinstance(value, str) and os.path.isabs(value):
             out.append(value)
     try:
-        from nvct.oci import runtime as lowlevel
-
         out.append(lowlevel.find(ctx.config.runtimes))
     except Exception:  # noqa: BLE001 - config.runtimes reports it
         pass
@@ -255,9 +255,6 @@ def _engine_programs(ctx: Context) -> list[str]:
 
 
 def _toml_binaries(path: str) -> list[str]:
-    from nvct.config.file import parse_toml
-    from nvct.base.errors import NvctError
-
     try:
         with open(path, "rb") as f:
             data = parse_toml(f.read(), path)

@@ -173,11 +173,11 @@ def check_ctr_gpus(ctx: Context):
     environ = dict(ctx.options.env)
     environ.update((k, v) for k, v in hookenv.caller_environ().items() if k in hookenv.dropped)
     path = environ.get("PATH", "")
-    if not path or not _which("ctr", path):
+    ctr = _which("ctr", path) if path else None
+    if not ctr:
         yield info("runtime.ctr-gpus", "no ctr on this shell's PATH: ctr run --gpus is not used here")
         return
-
-    route = clipaths.client_path("ctr", _which("ctr", path), path)
+    route = clipaths.client_path("ctr", ctr, path)
     if route.route == "cdi":  # containerd 2.3's ctr: CDI names, in containerd's spec directories
         yield from _cdi_route("runtime.ctr-gpus", "ctr", route, list(clipaths.DEFAULT_SPEC_DIRS), ["0"])
         return
@@ -236,7 +236,7 @@ def _start_time(pid: int) -> float | None:
 def _read_environ(pid: int) -> dict[str, str]:
     with open(f"/proc/{pid}/environ", "rb") as f:
         raw = f.read()
-    out = {}
+    out: dict[str, str] = {}
     for item in raw.split(b"\0"):
         key, sep, value = item.decode("utf-8", "replace").partition("=")
         if sep:
@@ -333,7 +333,7 @@ def _imports(path: str, data: dict) -> list[str]:
     imports = data.get("imports") or []
     if not isinstance(imports, list):
         raise ConfigError(f"{path}: imports is not a list")
-    out = []
+    out: list[str] = []
     for pattern in imports:
         if not isinstance(pattern, str):
             raise ConfigError(f"{path}: imports holds a non-string")

@@ -19,9 +19,20 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from nvct.base.errors import ConfigError
-from nvct.engines.change import (BACKUP_SUFFIX, CLI_OWNER, RECORD_SUFFIX, Change, FileChange, backup_path,
-                                  file_change, installer_owner, load_record, merged_record, record_path,
-                                  undo_from_record)
+from nvct.engines.change import (
+    BACKUP_SUFFIX,
+    CLI_OWNER,
+    RECORD_SUFFIX,
+    Change,
+    FileChange,
+    backup_path,
+    file_change,
+    installer_owner,
+    load_record,
+    merged_record,
+    record_path,
+    undo_from_record,
+)
 from nvct.engines.containerd import ContainerdEngine
 from nvct.engines.crio import CrioEngine
 from nvct.engines.docker import DockerEngine
@@ -49,7 +60,7 @@ class _Default:
 DEFAULT: Any = _Default()
 
 
-def engine_class(name: str) -> type:
+def engine_class(name: str) -> type[Engine]:
     try:
         return ENGINES[name]
     except KeyError:

@@ -319,7 +319,7 @@ def merge_edits(old: list, new: list) -> list:
 
 def _missing_dirs(path: str) -> list:
     """Parent directories that writing ``path`` will create, outermost first."""
-    missing = []
+    missing: list[str] = []
     directory = os.path.dirname(os.path.abspath(path))
     while directory and not os.path.exists(directory):
         missing.insert(0, directory)
@@ -405,7 +405,7 @@ def undo_from_record(record: dict, anchor: str, read: Callable[[str], bytes | No
     change.files = [FileChange(path, formats[path], before[path], after[path]) for path in before]
     change.record = dict(record, layers=remaining) if remaining else None
     lowest = layers[mine[0]]
-    if remaining and mine == list(range(mine[0], len(layers))) and isinstance(lowest.get("record_below"), str):
+    if change.record and mine == list(range(mine[0], len(layers))) and isinstance(lowest.get("record_below"), str):
         change.record[_VERBATIM] = lowest["record_below"]
     bottom = next((e for layer in layers for e in layer["files"] if e["path"] == anchor), None)
     if not remaining and bottom is not None and bottom.get("original") is not None:

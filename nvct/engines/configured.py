@@ -40,7 +40,7 @@ def remove(path: str) -> None:
 
 def entries() -> list[tuple[str, str]]:
     """(engine, config path) for every config nvct configured and has not unconfigured."""
-    out = []
+    out: list[tuple[str, str]] = []
     try:
         names = sorted(os.listdir(directory()))
     except OSError:

@@ -196,6 +196,7 @@ class ContainerdEngine(Engine):
     # --- imports (drop-in mode) ---
     def _import_pattern(self) -> str:
         seen_as = self.options.drop_in_host_path or self.drop_in
+        assert seen_as is not None  # drop-in mode
         return os.path.join(os.path.dirname(seen_as), "*.toml")
 
     def _imports(self) -> list:
@@ -220,8 +221,10 @@ class ContainerdEngine(Engine):
         imports = self._imports()
         if pattern not in imports:
             return
-        others = [p for p in glob.glob(os.path.join(os.path.dirname(self.drop_in), "*.toml"))
-                  if os.path.abspath(p) != os.path.abspath(self.drop_in)]
+        drop_in = self.drop_in
+        assert drop_in is not None  # drop-in mode
+        others = [p for p in glob.glob(os.path.join(os.path.dirname(drop_in), "*.toml"))
+                  if os.path.abspath(p) != os.path.abspath(drop_in)]
         if others:
             self.notes.append(f"kept {pattern!r} in {self.config_path} imports: other files use it")
             return
@@ -245,7 +248,8 @@ class ContainerdEngine(Engine):
         entry = get_plain(self.source, ("plugins", self.source_plugin, "containerd", "runtimes", name))
         if not isinstance(entry, dict):
             return None
-        options = entry.get("options") if isinstance(entry.get("options"), dict) else {}
+        options = entry.get("options")
+        options = options if isinstance(options, dict) else {}
         path = options.get("BinaryName") or options.get("Runtime")
         return path if isinstance(path, str) else None
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+
 from nvct.linux.libc import libc as _libc
 
 TYPE_CHECKING = False  # typing and platform import re: this runs on every legacy hook start
@@ -379,7 +380,8 @@ def allow_char_devices(cgroup_dir: str, devices: Iterable[tuple[int, int]]) -> l
 
 def loaded_named(name: str) -> list[int]:
     """Ids of the loaded BPF programs called ``name`` (tests and doctor: nothing left behind)."""
-    found, current = [], 0
+    found: list[int] = []
+    current = 0
     while True:
         attr = _attr(16, "<I", current)
         try:

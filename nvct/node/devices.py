@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.discover import procfs
-from nvct.discover.driver import CTL_MINOR, MODESET_MINOR
 from nvct.base.errors import DriverError
 from nvct.base.record import Record
+from nvct.discover import procfs
+from nvct.discover.driver import CTL_MINOR, MODESET_MINOR
 
 UVM_MINOR = 0
 UVM_TOOLS_MINOR = 1
@@ -127,7 +127,7 @@ def _mig_control_nodes(proc_root: str, caps_major: int | None) -> list[DeviceNod
         minor = _int(fields.get("DeviceFileMinor"), minors.get(name))
         if minor is None:
             continue
-        mode = _int(fields.get("DeviceFileMode"), default_mode)
+        mode = _int(fields.get("DeviceFileMode"), default_mode) or 0  # never None: the default is not
         out.append(DeviceNode(f"/dev/nvidia-caps/nvidia-cap{minor}", caps_major, minor, mode & 0o777))
     return out
 

@@ -60,6 +60,7 @@ def parse(data: bytes) -> dict[int, list]:
     """Field number -> its values in order (ints for varint and fixed, bytes for LEN)."""
     fields: dict[int, list] = {}
     pos, end = 0, len(data)
+    value: int | bytes
     while pos < end:
         tag, pos = _read_varint(data, pos)
         num, wire_type = tag >> 3, tag & 7

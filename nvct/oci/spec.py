@@ -75,7 +75,7 @@ _SHAPE: tuple[tuple[str, type | tuple[type, ...], type | tuple[type, ...] | None
     ("linux.resources.devices", list, dict),
 )
 _JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "a number"}
-_PLURAL = {dict: "objects", list: "arrays", str: "strings"}
+_PLURAL: dict[Any, str] = {dict: "objects", list: "arrays", str: "strings"}
 
 
 def shape_problem(spec: dict[str, Any]) -> str | None:
@@ -96,7 +96,7 @@ def shape_problem(spec: dict[str, Any]) -> str | None:
             return f"{name} must be {_kind_name(kind)}, not {_json_type(value)}"
         if item is None:
             continue
-        values = value.values() if isinstance(value, dict) else value
+        values: Any = value.values() if isinstance(value, dict) else value
         for v in values:
             if not isinstance(v, item):
                 return f"{name} must hold only {_PLURAL[item]}, not {_json_type(v)}"

@@ -61,9 +61,9 @@ def parse(argv: list[str], options: list[Option], *, in_order: bool = False) -> 
         elif arg.startswith("-") and arg != "-":
             j = 1
             while j < len(arg):
-                opt = shorts.get(arg[j])
-                if opt is None:
+                if arg[j] not in shorts:
                     raise UsageError(f"invalid option -- '{arg[j]}'")
+                opt = shorts[arg[j]]
                 rest = arg[j + 1:]
                 if opt.arg == NO:
                     _store(values, opt, True)

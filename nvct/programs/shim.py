@@ -3,7 +3,7 @@
 Only ``create`` (and ``run``) of a container that asks for a GPU touches the
 spec; every other call execs the low-level runtime at once with its argv
 unchanged. The installed program is a POSIX sh front
-(nvct/scripts/nvidia-container-runtime) that does those other calls itself,
+(nvct/scripts/launcher) that does those other calls itself,
 from the runtime this module records; in legacy mode it also appends the
 prestart hook this module records for it. Heavy modules are imported only
 after the spec shows a GPU request.

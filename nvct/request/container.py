@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from nvct.config.file import ALL_CAPABILITIES, Config
 from nvct.base.errors import RequestError
+from nvct.config.file import ALL_CAPABILITIES, Config
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~10 ms on every container start
 if TYPE_CHECKING:
@@ -204,9 +204,8 @@ def _requested_devices(env, config, privileged, mounts, annotations, legacy):
             return _normalize(from_annotations, "annotations"), "annotations"
     if config.accept_volume_mounts:
         from_mounts = [
-            _mount_request_to_name(d) for d in _mount_requests(mounts) if not d.startswith("imex/")
+            name for d in _mount_requests(mounts) if not d.startswith("imex/") if (name := _mount_request_to_name(d))
         ]
-        from_mounts = [d for d in from_mounts if d]
         if from_mounts:
             return _normalize(from_mounts, "volume mounts"), "mounts"
     names = _visible_env_vars(env, config)
@@ -351,9 +350,9 @@ def _imex_channels(env, config, privileged, mounts) -> tuple[str, ...]:
     if config.ignore_imex_channel_requests:
         return ()
     if config.accept_volume_mounts:
-        channels = [d[len("imex/"):] for d in _mount_requests(mounts) if d.startswith("imex/")]
-        if channels:
-            return _checked_channels(dict.fromkeys(channels), "IMEX channel volume mount")
+        mounted = [d[len("imex/"):] for d in _mount_requests(mounts) if d.startswith("imex/")]
+        if mounted:
+            return _checked_channels(dict.fromkeys(mounted), "IMEX channel volume mount")
     if IMEX_CHANNELS not in env:
         return ()
     channels = _normalize(_split_ids(env[IMEX_CHANNELS]), IMEX_CHANNELS)

@@ -221,7 +221,8 @@ class _Builder:
 
 def topology_header(drv: Driver, topo: Topology) -> str:
     """C tables of the topology for the mock NVML (simtopo_data.h)."""
-    profiles, profile_at = [], {}
+    profiles: list = []
+    profile_at: dict = {}
     for key, plist in topo.profiles.items():
         profile_at[key] = (len(profiles), len(plist))
         profiles.extend(plist)

@@ -18,9 +18,7 @@ import threading
 
 from nvct.base.errors import NvctError
 from nvct.base.fileutil import write_atomic
-from nvct.simulate import datafiles, devices, ldcache, native, procfs
-from nvct.simulate import manifest as _manifest
-from nvct.simulate import topology as _topology
+from nvct.simulate import datafiles, devices, ldcache, manifest as _manifest, native, procfs, topology as _topology
 from nvct.simulate.driver import ARCHES, BINARIES, DEFAULT_DRIVER_VERSION, LIB_DIRS, Driver, driver
 from nvct.simulate.manifest import CONFIG, MANIFEST, load_manifest
 
@@ -78,7 +76,7 @@ def cached_node(base_dir: str | os.PathLike, **options) -> dict:
     """
     drv = driver(options.get("driver_version", DEFAULT_DRIVER_VERSION))
     topology = options.get("topology")
-    raw, source = _topology.load(topology if topology is not None else _DEFAULT_TOPOLOGY.get(options.get("arch")))
+    raw, source = _topology.load(topology if topology is not None else _DEFAULT_TOPOLOGY.get(options.get("arch") or ""))
     topo = _topology.resolve(raw, gpus=options.get("gpus"), mig=options.get("mig", True), source=source)
     wanted = _options(drv.version, options.get("topology"), options.get("gpus"), options.get("mig", True),
                       options.get("device_nodes", True), topo, options.get("arch", "x86_64"))

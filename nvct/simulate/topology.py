@@ -16,7 +16,7 @@ import os
 import re
 import uuid as _uuid
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 from nvct.base.errors import NvctError
 from nvct.discover.nvml import BRAND_NAMES
@@ -219,7 +219,7 @@ class _Ctx:
     def __init__(self, source: str):
         self.source = source
 
-    def fail(self, where: str, msg: str):
+    def fail(self, where: str, msg: str) -> NoReturn:
         raise TopologyError(f"{self.source}: {where}: {msg}")
 
     def mapping(self, value, where):
@@ -374,7 +374,7 @@ def _place(ctx: _Ctx, gpu: dict, profiles: tuple, instances: list, where: str) -
     """Create GPU instances like ``nvidia-smi mig -cgi``: highest free placement first."""
     by_name = {p.name: p for p in profiles}
     used = [False] * gpu["memory_slices"]
-    taken = []
+    taken: list[tuple] = []
     for i, inst in enumerate(instances):
         w = f"{where}.mig.instances[{i}]"
         name = inst.get("profile") if isinstance(inst, Mapping) else inst

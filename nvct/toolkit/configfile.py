@@ -15,10 +15,11 @@ import os
 from typing import Any, Mapping
 
 from nvct.config.keys import Settings as S
+from nvct.config.render import render as render_toml
 from nvct.toolkit.layout import Layout
 from nvct.toolkit.options import Options
 
-DEFAULT_LDCONFIG = S.cli_ldconfig.default
+DEFAULT_LDCONFIG = str(S.cli_ldconfig.default)
 
 
 def settings(opts: Options, layout: Layout, runtimes: list) -> dict[str, Any]:
@@ -53,7 +54,6 @@ def settings(opts: Options, layout: Layout, runtimes: list) -> dict[str, Any]:
 
 def render(values: Mapping[str, Any], mode: str | None = None) -> str:
     """The config file text: the defaults in the reference's layout, ``values`` set, ``mode`` forced."""
-    from nvct.config.render import render as render_toml
     from nvct.config.file import DEFAULTS, Config, parse_toml
 
     values = dict(values)
@@ -61,7 +61,7 @@ def render(values: Mapping[str, Any], mode: str | None = None) -> str:
         values[S.mode.name] = mode
     data = copy.deepcopy(DEFAULTS)
     for key, value in values.items():
-        node = data
+        node: Any = data
         *parents, last = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})

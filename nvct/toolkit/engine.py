@@ -20,14 +20,16 @@ record, byte for byte). How the daemon learns of it (``--restart-mode``):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
-from typing import Callable
+from typing import AbstractSet, Callable
 
 from nvct import engines as runtimes
 from nvct.base.errors import NvctError
 from nvct.base.fileutil import write_atomic
+from nvct.engines.change import Change
 from nvct.engines.document import JsonDocument
 from nvct.engines.engine import read_file
 from nvct.toolkit import daemons
@@ -49,7 +51,7 @@ class EngineSetup:
         #: Whose layer of the undo record this installer's changes are: its and its successors'
         #: (a restarted installer takes over a killed one's), never ``nvct runtime configure``'s.
         self.owner = runtimes.installer_owner(layout.root)
-        self._change = None
+        self._change: Change | None = None
         #: time.monotonic() of this installer's own restart of the daemon (None: it did not restart it).
         self.restarted_at: float | None = None
         #: Whether the daemon runs with (or was told of) this installer's config: else its undo
@@ -206,7 +208,7 @@ class EngineSetup:
                      f"{opts.runtime_pid_file or opts.socket})")
             return
 
-    def _wait_docker(self, *, present: set = frozenset(), absent: set = frozenset(),
+    def _wait_docker(self, *, present: AbstractSet[str] = frozenset(), absent: AbstractSet[str] = frozenset(),
                      default: str | None = None) -> None:
         deadline = time.monotonic() + self.opts.reload_timeout
         last = "no answer"
@@ -236,7 +238,6 @@ class EngineSetup:
         """sha256 over the files configure manages (their paths and bytes); None if unknown."""
         if self._change is None:
             return None
-        import hashlib
 
         digest = hashlib.sha256()
         for path in sorted(f.path for f in self._change.files):

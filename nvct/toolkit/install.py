@@ -29,9 +29,10 @@ import tempfile
 import time
 from typing import Callable
 
-from nvct.linux import ownership
+from nvct import __version__
 from nvct.base.errors import NvctError
 from nvct.base.fileutil import remove_path
+from nvct.linux import ownership
 from nvct.toolkit import configfile, payload, python as runtime, wrappers
 from nvct.toolkit.engine import EngineSetup
 from nvct.toolkit.layout import RUNTIME_MODES, RUNTIMES_DIR, TOOLS, Layout
@@ -199,8 +200,8 @@ class Installation:
 
     def _write_cdi_spec(self) -> None:
         from nvct.cdi import generate, spec as spec_mod, transform
-        from nvct.request import cdinames as names
         from nvct.discover.driver import Driver
+        from nvct.request import cdinames as names
 
         opts = self.opts
         vendor, cls = names.split_kind(opts.cdi_kind)
@@ -296,8 +297,6 @@ def _write(path: str, text: str, mode: int) -> None:
 
 def _new_version() -> str:
     """A fresh ``.runtime`` name: nvct's version and a time stamp (later installs sort after)."""
-    from nvct import __version__
-
     return f"nvct-{__version__}-{time.time_ns():x}"
 
 

@@ -9,7 +9,9 @@ what was done; later, :meth:`StopSignals.wait` blocks the signals and
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import time
 from typing import Callable
 
@@ -69,6 +71,7 @@ def run(opts: Options, log: Callable[[str], None] = stderr_log) -> int:
         try:
             installation.install(stop.requested)
         except Interrupted:
+            assert stop.received is not None  # what interrupted it
             log(f"stopped by {signal.Signals(stop.received).name} during the installation: undone")
             return 0
         if opts.no_daemon:
@@ -97,9 +100,6 @@ def run(opts: Options, log: Callable[[str], None] = stderr_log) -> int:
 
 def _start_nri_plugin(opts: Options, installation: Installation, log: Callable[[str], None]):
     """The NRI plugin, registered with the runtime (else everything installed is undone, and it raises)."""
-    import os
-    import sys
-
     from nvct.nri.plugin import PLUGIN_NAME, Plugin, Policy
 
     policy = Policy([opts.nri_namespace, *opts.nri_management_namespaces])

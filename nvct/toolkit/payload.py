@@ -35,6 +35,7 @@ def copy_python(dest: str, modules: tuple = ("nvct",) + DEPENDENCIES) -> list[st
                 source = list(spec.submodule_search_locations)[0]
                 shutil.copytree(source, os.path.join(dest, name), ignore=_SKIP, symlinks=False)
             else:
+                assert spec.origin is not None  # checked above
                 shutil.copy2(spec.origin, os.path.join(dest, os.path.basename(spec.origin)))
         except OSError as e:
             raise NvctError(f"{dest}: cannot copy the Python module {name!r}: {e}") from None

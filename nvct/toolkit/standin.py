@@ -167,7 +167,7 @@ def remove_toolkit(root: str, wrappers: list[str], runtimes: list[str], log) -> 
 
 def standins(root: str) -> list[str]:
     """The stand-ins in the directory ``root``."""
-    out = []
+    out: list[str] = []
     try:
         names = sorted(os.listdir(root))
     except OSError:
