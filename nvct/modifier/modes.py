@@ -311,7 +311,7 @@ def legacy_record(config, program: str) -> dict[str, str] | None:
     """
     if config.mode != "legacy" or config.runtime_debug not in (None, "", "/dev/null"):
         return None
-    if not config.get("nvidia-container-cli.no-cgroups"):
+    if not config.cli_no_cgroups:
         return None  # the request's device rules go into the spec: Python's (legacy_device_rules)
     path, on_path = _legacy_hook_path(config)
     if on_path or not os.path.isabs(program):
