@@ -9,12 +9,12 @@ import sys
 import tempfile
 
 import pytest
-
 import yaml
 
 from nvct.cdi import spec
 
 from .conftest import minimal_spec, write_spec
+
 
 def _nvct(entry_points, *args, config=None, stdin=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NVCT_", "NVIDIA_CTK_"))}

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nvct.cdi import encoding, generate, schema, spec, version
-from nvct.cdi import modes as cdi_modes
-from nvct.cdi.registry import Registry
 from nvct.base.errors import NvctError, RequestError
+from nvct.cdi import encoding, generate, modes as cdi_modes, schema, spec, version
+from nvct.cdi.registry import Registry
 from nvct.request.container import from_env
 
 from .conftest import node_config, node_driver

@@ -352,9 +352,9 @@ def test_the_management_mode_variable_as_mig_parted_sets_it(entry_points, node):
 # --- jit-cdi's keys ------------------------------------------------------------------------------
 
 def test_jit_cdi_keys_nvct_does_not_implement_are_warned_about(tmp_path):
-    from nvct.config import file as config_mod
     from nvct.base import log
     from nvct.cdi import features
+    from nvct.config import file as config_mod
 
     key = "nvidia-container-runtime.modes.jit-cdi"
     conf = config_mod.Config({"nvidia-container-runtime": {"modes": {"jit-cdi": {
@@ -374,9 +374,9 @@ def test_jit_cdi_keys_nvct_does_not_implement_are_warned_about(tmp_path):
 
 
 def test_a_jit_cdi_key_of_the_wrong_type_is_one_line():
-    from nvct.config import file as config_mod
-    from nvct.cdi import features
     from nvct.base.errors import ConfigError
+    from nvct.cdi import features
+    from nvct.config import file as config_mod
 
     conf = config_mod.Config({"nvidia-container-runtime": {"modes": {"jit-cdi": {"nvcdi-disable-hooks": 3}}}},
                              "config.toml", env={})
@@ -403,8 +403,8 @@ def test_coherent_annotations_write_a_noncoherent_spec_beside_the_full_one(entry
 
 
 def test_coherent_gpus_get_a_coherent_spec(node, tmp_path, monkeypatch):
-    from nvct.discover import nvml
     from nvct.cli import cdi_generate
+    from nvct.discover import nvml
 
     from .conftest import node_config
 

@@ -6,12 +6,12 @@ import copy
 
 import pytest
 
-from nvct.modifier import modes
-from nvct.request import container as request
+from nvct.base.errors import ConfigError, RequestError
 from nvct.cdi import modes as cdi_modes
 from nvct.config.file import Config
 from nvct.edits.model import HOOK_ENV
-from nvct.base.errors import ConfigError, RequestError
+from nvct.modifier import modes
+from nvct.request import container as request
 
 from .conftest import write_spec
 

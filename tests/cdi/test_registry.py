@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from nvct.base.errors import RequestError, SpecError
 from nvct.cdi.registry import Registry, container_edits
 from nvct.edits.model import DeviceNode
-from nvct.base.errors import RequestError, SpecError
 
 from .conftest import minimal_spec, write_spec
 

@@ -15,8 +15,8 @@ import subprocess
 
 import pytest
 
-from nvct.edits.model import HOOK_ENV
 from nvct.edits.build import chain_steps
+from nvct.edits.model import HOOK_ENV
 from tests.support.bundle import add_hook, edit_config, make_bundle
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED
 from tests.support.podman import CDI_DIRS, cdi_spec, unique_cdi_vendor

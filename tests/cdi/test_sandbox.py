@@ -10,11 +10,11 @@ import os
 
 import pytest
 
-from nvct.config import keys as configkeys
-from nvct.cdi import generate
-from nvct.edits import sandbox
-from nvct.config.file import Config
 from nvct.base.errors import NvctError
+from nvct.cdi import generate
+from nvct.config import keys as configkeys
+from nvct.config.file import Config
+from nvct.edits import sandbox
 
 from .conftest import node_driver
 

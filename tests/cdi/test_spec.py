@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
+from nvct.base.errors import SpecError
 from nvct.cdi import spec
 from nvct.cdi.schema import Invalid
-from nvct.base.errors import SpecError
 
 from .conftest import minimal_spec, write_spec
 

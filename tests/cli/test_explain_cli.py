@@ -17,7 +17,6 @@ import subprocess
 import pytest
 
 from nvct.doctor import explain
-
 from tests.doctor.nodes import GpuNode, clean_env, entry_point, write
 from tests.support.fixtures import rootfs  # noqa: F401
 

@@ -2,8 +2,8 @@ import os
 
 import pytest
 
-from nvct.config import file as config
 from nvct.base.errors import ConfigError
+from nvct.config import file as config
 
 
 def test_defaults_match_the_reference():

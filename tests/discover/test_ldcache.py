@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from nvct.discover import ldcache
 from nvct.base.errors import CacheError
+from nvct.discover import ldcache
 from nvct.discover.ldcache import Entry
 
 NATIVE = "<" if sys.byteorder == "little" else ">"

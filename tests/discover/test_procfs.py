@@ -1,7 +1,7 @@
 import pytest
 
-from nvct.discover import procfs
 from nvct.base.errors import DriverError
+from nvct.discover import procfs
 
 INFO = ("Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 176\nGPU UUID: \t GPU-df222005-1a28-580c-823e-105777e89104\n"
         "Video BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"

@@ -7,13 +7,12 @@ import os
 
 import pytest
 
+from nvct.base.errors import RequestError
 from nvct.config import file as config_mod
 from nvct.doctor import explain
 from nvct.edits import build as injection
 from nvct.modifier import modes
 from nvct.request import container as request_mod
-from nvct.base.errors import RequestError
-
 from tests.doctor.nodes import GpuNode
 
 
@@ -60,10 +59,9 @@ def test_explain_changes_the_spec_exactly_as_the_shim_does(node, mode):
 @pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
 def test_with_a_bundle_explain_shows_the_chain_the_shim_does_itself_and_writes_nothing(node, tmp_path, mode):
     """The shim writes links and ld cache before the runtime (nvct.modifier.prepare); explain shows that spec."""
+    from nvct.oci import spec as ocispec
     from tests.support.bundle import make_bundle
     from tests.support.rootfs import make_rootfs
-
-    from nvct.oci import spec as ocispec
 
     rootfs = make_rootfs(str(tmp_path))
     request = "nvidia.com/gpu=0" if mode == "cdi" else "0"

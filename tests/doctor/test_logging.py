@@ -10,7 +10,6 @@ import subprocess
 import pytest
 
 from nvct.doctor import explain
-
 from tests.support.bundle import make_bundle
 from tests.support.fixtures import need_binaries, rootfs  # noqa: F401
 from tests.support.runtimes import RUNC, run_container
@@ -84,7 +83,7 @@ def test_a_container_without_a_gpu_logs_nothing(shim):
 
 
 @pytest.mark.containers
-def test_a_legacy_start_logs_the_shims_line_and_the_hooks_line(node, tmp_path, rootfs):  # noqa: F811
+def test_a_legacy_start_logs_the_shims_line_and_the_hooks_line(node, tmp_path, rootfs):
     """Under real runc: the shim logs the hook it inserted, the hook what it injected."""
     need_binaries(RUNC)
     log = tmp_path / "legacy.log"

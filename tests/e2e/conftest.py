@@ -6,13 +6,18 @@ import os
 
 import pytest
 
-from tests.support.fixtures import need_binaries, need_root, need_rootfs_tools
-
 # Re-exported fixtures from the container support package.
-from tests.support.fixtures import busybox_image_tar, pause_image_tar, rootfs  # noqa: F401
+from tests.support.fixtures import (  # noqa: F401
+    busybox_image_tar,
+    need_binaries,
+    need_root,
+    need_rootfs_tools,
+    pause_image_tar,
+    rootfs,
+)
 
 # The shared GPU-container helpers (tests.support.gpu_runs), re-exported for the e2e tests.
-from tests.support.gpu_runs import NVCT, PATH_ENV, SHIM, VENV_BIN, node_config  # noqa: F401,E402
+from tests.support.gpu_runs import NVCT, PATH_ENV, SHIM, VENV_BIN, node_config  # noqa: F401
 
 HOOK = os.path.join(VENV_BIN, "nvidia-container-runtime-hook")
 

@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from tests.support.compat import make_compat_libcuda
 from tests.support.bundle import make_bundle
+from tests.support.compat import make_compat_libcuda
 from tests.support.gpu_runs import PATH_ENV, SHIM, need_runtime, node_config, run_gpu, spec_dir
 from tests.support.runtimes import RUNTIMES, run_container
 

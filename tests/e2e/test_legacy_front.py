@@ -11,9 +11,9 @@ import pytest
 
 from tests.e2e.conftest import PATH_ENV, expected_nodes
 from tests.support.bundle import make_bundle
-from tests.support.gpu_runs import need_runtime
-from tests.support.containerd import Containerd, K8S_NAMESPACE
+from tests.support.containerd import K8S_NAMESPACE, Containerd
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries
+from tests.support.gpu_runs import need_runtime
 from tests.support.legacy_front import entry, gpu_front, run
 from tests.support.runtimes import RUNTIMES
 

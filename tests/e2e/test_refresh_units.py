@@ -17,14 +17,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 import yaml
 
 from tests.e2e.conftest import VENV_BIN
 from tests.packaging.pkgtest import REPO
-from tests.support.bundle import host_capabilities, make_bundle, edit_config
+from tests.support.bundle import edit_config, host_capabilities, make_bundle
 from tests.support.fixtures import need_binaries, need_root
 from tests.support.proc import short_tempdir, unique_id, wait_until
 from tests.support.runtimes import RUNC

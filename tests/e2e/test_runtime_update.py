@@ -154,7 +154,7 @@ def test_legacy_gpus_survive_daemon_reload_with_the_systemd_driver(tmp_path, sim
     create = ["env", *(f"{k}={v}" for k, v in shim_env(config).items()), front.shim, "--root", state,
               "--systemd-cgroup", "create", "--bundle", str(bundle), cid]
     # The container's init keeps the streams it inherits: files, not exec's pipes.
-    box.exec("sh", "-c", f'cd "$0" && "$@" </dev/null >/dev/null 2>"$0/create.err" || {{ cat "$0/create.err"; '
+    box.exec("sh", "-c", 'cd "$0" && "$@" </dev/null >/dev/null 2>"$0/create.err" || { cat "$0/create.err"; '
                          'exit 1; }', str(bundle), *create)
     low = [RUNTIMES["runc"][0], "--root", state, "--systemd-cgroup"]
     try:

@@ -128,7 +128,7 @@ def test_cdi_generate_wsl_is_a_valid_spec(wsl_node, args):
     assert mounted == set(wsl_node["injected"])
 
 
-def test_podman_runs_the_wsl_spec(private_podman, wsl_node):  # noqa: F811
+def test_podman_runs_the_wsl_spec(private_podman, wsl_node):
     vendor = unique_cdi_vendor()
     proc = _generate(wsl_node, vendor, "--mode", "wsl")
     assert proc.returncode == 0, proc.stderr

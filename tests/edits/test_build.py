@@ -5,11 +5,11 @@ import os
 
 import pytest
 
+from nvct.base.errors import NvctError
 from nvct.config import file as config_mod
+from nvct.discover.driver import Driver
 from nvct.edits import build as injection
 from nvct.request import container as request_mod
-from nvct.discover.driver import Driver
-from nvct.base.errors import NvctError
 from tests.support.capabilities import CAPABILITIES, expected_library_stems, stem
 
 

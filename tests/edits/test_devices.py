@@ -1,9 +1,9 @@
 import pytest
 
-from nvct.config import file as config_mod
-from nvct.edits.devices import select
-from nvct.discover.driver import Driver
 from nvct.base.errors import RequestError
+from nvct.config import file as config_mod
+from nvct.discover.driver import Driver
+from nvct.edits.devices import select
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
+from nvct.base.errors import ContainerError
 from nvct.linux import cgroups
 from nvct.linux.cgroups import allow_devices, cgroup_version, devices_cgroup_dir, format_rule
-from nvct.base.errors import ContainerError
 from nvct.linux.namespaces import MountInfo
 
 DEVICES_V1 = "/sys/fs/cgroup/devices"

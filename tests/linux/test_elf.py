@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from nvct.base.errors import NvctError
 from nvct.linux import elf
 from nvct.linux.elf import ElfInfo
-from nvct.base.errors import NvctError
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 

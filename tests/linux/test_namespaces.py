@@ -8,11 +8,16 @@ import subprocess
 
 import pytest
 
-from nvct.linux import namespaces
 from nvct.base.errors import ContainerError, RequestError
-from nvct.linux.namespaces import (in_mount_namespace_of, in_private_mount_namespace,
-                             in_same_mount_namespace, mount_namespace_id, mounts)
+from nvct.linux import namespaces
 from nvct.linux.fs import mount
+from nvct.linux.namespaces import (
+    in_mount_namespace_of,
+    in_private_mount_namespace,
+    in_same_mount_namespace,
+    mount_namespace_id,
+    mounts,
+)
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, mount)")
 

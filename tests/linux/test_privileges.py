@@ -9,8 +9,7 @@ import sys
 import pytest
 
 from nvct.linux import namespaces
-from nvct.linux.privileges import (drop_capabilities, is_unsafe_env_name, minimal_env,
-                             sanitize_environ, set_no_new_privs)
+from nvct.linux.privileges import drop_capabilities, is_unsafe_env_name, minimal_env, sanitize_environ, set_no_new_privs
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (capabilities)")
 

@@ -11,9 +11,9 @@ import subprocess
 import pytest
 
 from nvct.config import file as config_mod
-from nvct.modifier import legacy as realize
 from nvct.discover.driver import Driver
 from nvct.linux.namespaces import in_private_mount_namespace
+from nvct.modifier import legacy as realize
 from nvct.rootfs.root import Rootfs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mounts in a private namespace)")

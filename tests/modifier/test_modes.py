@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
+from nvct.config.file import Config
+from nvct.edits import apply
 from nvct.modifier import modes
 from nvct.oci import spec as ocispec
-from nvct.edits import apply
-from nvct.config.file import Config
 
 
 @pytest.fixture

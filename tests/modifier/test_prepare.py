@@ -13,13 +13,13 @@ import subprocess
 import pytest
 
 from nvct.config import file as config_mod
-from nvct.edits import build as injection
 from nvct.discover import ldcache
-from nvct.modifier import prepare
-from nvct.request import container as request_mod
 from nvct.discover.driver import Driver
+from nvct.edits import build as injection
 from nvct.edits.model import Mount
 from nvct.linux.namespaces import in_private_mount_namespace
+from nvct.modifier import prepare
+from nvct.request import container as request_mod
 from tests.support.proc import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the image's ld cache by ldconfig -r, mounts)")

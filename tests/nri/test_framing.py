@@ -17,8 +17,7 @@ import threading
 
 import pytest
 
-from nvct.nri import messages as m
-from nvct.nri import ttrpc, wire
+from nvct.nri import messages as m, ttrpc, wire
 from nvct.nri.plugin import Plugin, Policy
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "containerd-2.1.9.json")

@@ -9,8 +9,7 @@ import threading
 import pytest
 
 from nvct.base.errors import ConfigError
-from nvct.nri import messages as m
-from nvct.nri import ttrpc, wire
+from nvct.nri import messages as m, ttrpc, wire
 from nvct.nri.plugin import NriError, Plugin, Policy
 from nvct.toolkit.options import Options
 

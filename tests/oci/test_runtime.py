@@ -174,7 +174,8 @@ def test_legacy_mode_records_the_program_and_its_hook_in_a_file_of_their_own(tmp
         "/usr/bin/nvidia-container-runtime", HOOK, "/usr/bin/it's"]
     assert os.lstat(hooks_dir / hooks).st_mode & 0o777 == 0o600 and os.lstat(hooks_dir).st_mode & 0o777 == 0o700
     assert lowlevel.last_known("/etc/a.toml") == "/usr/sbin/runc"
-    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc", ("/usr/bin/nvidia-container-runtime.legacy", legacy))
+    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc",
+                      ("/usr/bin/nvidia-container-runtime.legacy", legacy))
     other = _line(cache, "/etc/a.toml")[3]  # another program: another file
     assert _sourced(hooks_dir / other, "nvct_program") == ["/usr/bin/nvidia-container-runtime.legacy"]
     assert other != hooks

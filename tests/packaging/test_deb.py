@@ -12,19 +12,18 @@ from typing import Iterator
 
 import pytest
 
+from nvct.config import file as config
+from nvct.programs.version import REFERENCE_VERSION
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.security.test_isolated_start import assert_hooks_start_isolated
 from tests.support.bundle import make_bundle, read_config
 from tests.support.fixtures import busybox_image_tar  # noqa: F401
-from tests.support.proc import SYSTEM_PATH, run
 from tests.support.image import ImageSpec, build_image_tar
 from tests.support.legacy_front import age
 from tests.support.podman import PODMAN, Podman
+from tests.support.proc import SYSTEM_PATH, run
 from tests.support.rootfs import BUSYBOX, base_rootfs, make_rootfs
 from tests.support.runtimes import RUNC, create_start_delete
-
-from nvct.config import file as config
-from nvct.programs.version import REFERENCE_VERSION
 
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
             "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-from tests.packaging.pkgtest import REPO
-
 from nvct import cli
 from nvct.config import file as config
 from nvct.engines import ocihook
+from tests.packaging.pkgtest import REPO
 
 CONFIG = REPO / "config" / "config.toml"
 OCI_HOOK = REPO / "hooks" / "oci-nvidia-hook.json"

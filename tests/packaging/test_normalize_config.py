@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from nvct.config import file as config
 from tests.packaging.pkgtest import BUILD_ENV, REPO
 from tests.support.proc import run
-
-from nvct.config import file as config
 
 SCRIPT = REPO / "packaging" / "normalize-config"
 SHIPPED = REPO / "config" / "config.toml"

@@ -13,10 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from nvct.programs.version import REFERENCE_VERSION
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.support.proc import SYSTEM_PATH, run
-
-from nvct.programs.version import REFERENCE_VERSION
 
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
             "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")

@@ -14,10 +14,10 @@ import subprocess
 
 import pytest
 
-from nvct.linux import elf
 from nvct.base.errors import NvctError
 from nvct.edits.steps import parse_step
 from nvct.hooks.steps import compat_choice
+from nvct.linux import elf
 from nvct.rootfs.root import Rootfs
 from tests.support.compat import NOTE_575, NOTE_590, make_compat_libcuda, note_section
 

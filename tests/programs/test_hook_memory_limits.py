@@ -80,9 +80,9 @@ def jit(sim_node):
 
 
 def _jit_hooks(jit, env, hook_path="/usr/bin/nvct", disabled=()):
+    from nvct.cdi.features import Generation
     from nvct.edits import build as injection
     from nvct.request import container as request_mod
-    from nvct.cdi.features import Generation
 
     config, driver = jit
     req = request_mod.from_env(env, config)

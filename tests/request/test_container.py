@@ -1,7 +1,7 @@
 import pytest
 
-from nvct.config.file import Config
 from nvct.base.errors import RequestError
+from nvct.config.file import Config
 from nvct.request.container import from_env, from_spec, is_privileged, is_qualified_cdi_name
 
 

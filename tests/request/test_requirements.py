@@ -1,11 +1,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from nvct.request import requirements
 from nvct.base.errors import RequirementError
+from nvct.request import requirements
 from nvct.request.requirements import Condition, DriverFacts, Requirement, check, collect, explain, parse
 
 # NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.4.1-base-ubuntu22.04 (abridged: the real

@@ -9,12 +9,17 @@ import subprocess
 
 import pytest
 
-from nvct.rootfs import files as files_mod, ldconf, sandbox
 from nvct.base.errors import ContainerError
-from nvct.rootfs.ldconfig import (CONF_PATH, ReadOnlyRootfsError, host_ldconfig_path,
-                           open_static_executable, update_ldcache)
-from nvct.linux.namespaces import in_private_mount_namespace
 from nvct.linux.fs import MS_BIND, MS_RDONLY, MS_REMOUNT, mount
+from nvct.linux.namespaces import in_private_mount_namespace
+from nvct.rootfs import files as files_mod, ldconf, sandbox
+from nvct.rootfs.ldconfig import (
+    CONF_PATH,
+    ReadOnlyRootfsError,
+    host_ldconfig_path,
+    open_static_executable,
+    update_ldcache,
+)
 
 HOST_LDCONFIG = "/sbin/ldconfig"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, namespaces)")

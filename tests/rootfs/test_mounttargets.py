@@ -2,8 +2,8 @@ import os
 
 import pytest
 
-from nvct.rootfs import mounttargets
 from nvct.base.errors import SpecError
+from nvct.rootfs import mounttargets
 
 
 @pytest.fixture

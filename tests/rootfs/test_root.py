@@ -8,10 +8,10 @@ import stat
 
 import pytest
 
-from nvct.linux import fs
-from nvct.rootfs import files as files_mod, mounts as mounts_mod, root as rootfs
 from nvct.base.errors import ContainerError
+from nvct.linux import fs
 from nvct.linux.namespaces import in_private_mount_namespace, mounts
+from nvct.rootfs import files as files_mod, mounts as mounts_mod, root as rootfs
 from nvct.rootfs.root import Rootfs
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount, mknod)")

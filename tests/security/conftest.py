@@ -20,11 +20,12 @@ from typing import Callable
 
 import pytest
 
-from nvct.linux import fs
 from nvct.base.errors import ContainerError
+from nvct.linux import fs
 from nvct.linux.namespaces import in_private_mount_namespace, mounts
 from nvct.linux.privileges import drop_capabilities
 from nvct.rootfs.root import Rootfs
+
 
 def snapshot(top: Path) -> dict[str, tuple]:
     """Everything observable about the tree at ``top`` (symlinks not followed)."""

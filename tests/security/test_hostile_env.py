@@ -29,8 +29,17 @@ import pytest
 
 from tests.support.bundle import make_bundle
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root, need_rootfs_tools
-from tests.support.gpu_runs import (MODES, NVCT, PATH_ENV, SHIM, mounts_under, need_runtime, node_config,
-                                    run_gpu, spec_dir)
+from tests.support.gpu_runs import (
+    MODES,
+    NVCT,
+    PATH_ENV,
+    SHIM,
+    mounts_under,
+    need_runtime,
+    node_config,
+    run_gpu,
+    spec_dir,
+)
 from tests.support.image import ImageSpec, build_image_tar
 from tests.support.legacy_front import gpu_front, run
 from tests.support.podman import Podman, packaged_hooks_dir

@@ -15,10 +15,10 @@ import subprocess
 
 import pytest
 
+from nvct.linux.fs import MS_NOSUID, mount
+from nvct.linux.namespaces import in_private_mount_namespace
 from nvct.rootfs import sandbox
 from nvct.rootfs.ldconfig import update_ldcache
-from nvct.linux.namespaces import in_private_mount_namespace
-from nvct.linux.fs import MS_NOSUID, mount
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, namespaces)"),
@@ -117,8 +117,8 @@ def test_an_image_cache_the_patch_cannot_prove_still_runs(tmp_path, sim_node, ru
     (glibc reads the last): a patch moved those bytes once per name and every dynamic program
     crashed (SIGSEGV). Such a cache is left to ldconfig: the program runs, finds the image's
     glibc-hwcaps library, and libcuda (jit-cdi mode, through the real runtime)."""
-    from tests.support.gpu_runs import need_runtime, run_gpu
     from tests.rootfs.test_cachepatch import GEN, HW, HWLIB, LIBDIR, _relaid, hwcaps_image
+    from tests.support.gpu_runs import need_runtime, run_gpu
 
     need_runtime(runtime)
     root = hwcaps_image(tmp_path / "image")

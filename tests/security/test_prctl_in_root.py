@@ -17,12 +17,11 @@ import sys
 
 import pytest
 
-from tests.support.gpu_runs import PATH_ENV, mounts_under, need_runtime
+from nvct.toolkit import Installation, Options
 from tests.support.bundle import make_bundle
+from tests.support.gpu_runs import PATH_ENV, mounts_under, need_runtime
 from tests.support.rootfs import make_rootfs
 from tests.support.runtimes import RUNC, run_container
-
-from nvct.toolkit import Installation, Options
 
 pytestmark = pytest.mark.containers
 

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from nvct.config import file as config
 from nvct.base.errors import NvctError
+from nvct.config import file as config
 from nvct.simulate import build_node, cached_node, load_manifest
 from nvct.simulate.driver import CAPABILITY_LIBRARIES, driver
 

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from nvct.edits import csvmode
-from nvct.discover.driver import Driver
 from nvct.base.errors import ConfigError
+from nvct.discover.driver import Driver
+from nvct.edits import csvmode
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from nvct.edits import wsl
-from nvct.discover.driver import Driver
 from nvct.base.errors import DriverError, RequestError
+from nvct.discover.driver import Driver
+from nvct.edits import wsl
 from nvct.simulate.wsl import build_wsl_node
 
 

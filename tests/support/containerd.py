@@ -17,8 +17,17 @@ import tomlkit
 
 from .cri import CriClient
 from .image import ImageSpec, qualify
-from .proc import (Result, daemon_dirs, pids_referencing, read_pidfile, remove_tree, run,
-                   start_daemon, stop_pid, unique_id)
+from .proc import (
+    Result,
+    daemon_dirs,
+    pids_referencing,
+    read_pidfile,
+    remove_tree,
+    run,
+    start_daemon,
+    stop_pid,
+    unique_id,
+)
 
 CONTAINERD = "/usr/bin/containerd"
 CTR = "/usr/bin/ctr"

@@ -17,8 +17,19 @@ import subprocess
 import time
 from typing import Mapping, Sequence
 
-from .proc import (Result, daemon_dirs, minimal_env, pids_referencing, read_pidfile, remove_tree,
-                   run, start_daemon, stop_pid, wait_gone, wait_until)
+from .proc import (
+    Result,
+    daemon_dirs,
+    minimal_env,
+    pids_referencing,
+    read_pidfile,
+    remove_tree,
+    run,
+    start_daemon,
+    stop_pid,
+    wait_gone,
+    wait_until,
+)
 
 DOCKERD = "/usr/sbin/dockerd"
 #: Debian's 20.10 client; a newer /usr/local/bin/docker may shadow it on PATH.

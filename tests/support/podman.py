@@ -20,8 +20,7 @@ from typing import Iterator, Mapping, Sequence
 import tomlkit
 import yaml
 
-from .proc import (Result, minimal_env, pids_referencing, remove_tree, run,
-                   short_tempdir, stop_pid)
+from .proc import Result, minimal_env, pids_referencing, remove_tree, run, short_tempdir, stop_pid
 
 PODMAN = "/usr/bin/podman"
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from nvct.nri.wire import message as submessage
-from nvct.nri.wire import get_map, parse, string, uint
+from nvct.nri.wire import get_map, message as submessage, parse, string, uint
 
 __all__ = ["field", "get_int", "get_map", "get_msg", "get_str", "message", "parse", "repeated", "string_map",
            "submessage"]

@@ -2,8 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.bundle import (DEFAULT_CAPS, DEFAULT_PATH, add_hook, edit_config,
-                                  host_capabilities, make_bundle, read_config)
+from tests.support.bundle import (
+    DEFAULT_CAPS,
+    DEFAULT_PATH,
+    add_hook,
+    edit_config,
+    host_capabilities,
+    make_bundle,
+    read_config,
+)
 
 
 def test_bundle_is_non_interactive_with_args_env_and_default_caps(tmp_path):

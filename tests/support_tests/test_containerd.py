@@ -5,8 +5,7 @@ import os
 import pytest
 
 from tests.support.containerd import CONTAINERD, CTR, Containerd
-from tests.support.fixtures import (BUSYBOX_IMAGE_QUALIFIED, RUNC_HANDLER, need_binaries,
-                                    need_root)
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, RUNC_HANDLER, need_binaries, need_root
 from tests.support.proc import alive, pids_referencing
 from tests.support.runtimes import RUNC
 

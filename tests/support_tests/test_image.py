@@ -7,8 +7,7 @@ import tarfile
 
 import pytest
 
-from tests.support.image import (LAYER_MEDIA_TYPE, SLEEP_FOREVER, ImageSpec,
-                                 build_image_tar, qualify)
+from tests.support.image import LAYER_MEDIA_TYPE, SLEEP_FOREVER, ImageSpec, build_image_tar, qualify
 
 
 @pytest.fixture

@@ -5,8 +5,7 @@ import os
 import pytest
 
 from tests.support.fixtures import need_rootfs_tools
-from tests.support.rootfs import (PROBE, base_rootfs, build_base_rootfs, make_rootfs,
-                                  run_in_rootfs)
+from tests.support.rootfs import PROBE, base_rootfs, build_base_rootfs, make_rootfs, run_in_rootfs
 
 
 def _ldconfig_print(root: str) -> str:

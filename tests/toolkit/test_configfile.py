@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nvct.config.file import parse_toml
 from nvct.base.errors import ConfigError
+from nvct.config.file import parse_toml
 from nvct.toolkit import Layout, Options
 from nvct.toolkit.configfile import DEFAULT_LDCONFIG, ldconfig, render, settings
 

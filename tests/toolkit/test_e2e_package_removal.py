@@ -12,8 +12,13 @@ import os
 
 import pytest
 
-from tests.packaging.test_deb import deb  # noqa: F401 - the built package, a fixture
-from tests.packaging.test_deb import _apt, _installed, _skip_if_this_machine_has_nvct_or_the_toolkit, needs_root_and_apt
+from tests.packaging.test_deb import (
+    _apt,
+    _installed,
+    _skip_if_this_machine_has_nvct_or_the_toolkit,
+    deb,  # noqa: F401 - the built package, a fixture
+    needs_root_and_apt,
+)
 from tests.support.containerd import CONTAINERD, CTR, RUNC, Containerd
 from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries
 from tests.support.proc import wait_for

@@ -85,7 +85,7 @@ def test_every_installed_program_starts_on_the_node(pythonless_node, tmp_path):
 
 @pytest.mark.parametrize("mode", ["jit-cdi", "legacy"])
 def test_gpu_containers_run_on_the_node_and_its_programs_read_only_their_own_files(
-        pythonless_node, sim_node, rootfs, tmp_path, mode):  # noqa: F811
+        pythonless_node, sim_node, rootfs, tmp_path, mode):
     tree, _ = pythonless_node
     runtime = os.path.join(TOOLKIT, "nvidia-container-runtime" + (".legacy" if mode == "legacy" else ""))
     bundle = make_bundle(str(tmp_path / "bundle"), rootfs, ["sh", "-c", f"{LIST_NODES} && "

@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from nvct.config import file as nvct_config
-from nvct.cdi import spec as cdi_spec
 from nvct.base.errors import ConfigError, NvctError
+from nvct.cdi import spec as cdi_spec
+from nvct.config import file as nvct_config
 from nvct.toolkit import Installation, Interrupted, Layout, Options
 
 WRAPPERS = ["nvct", "nvidia-cdi-hook", "nvidia-container-cli", "nvidia-container-runtime",
