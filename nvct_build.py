@@ -21,7 +21,7 @@ build_scripts = Distribution().get_command_class("build_scripts")  # not under s
 
 def _fill(paths) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from nvct.programs.version import fill_launcher
+    from nvct.programs.version import fill_launcher  # noqa: PLC0415 - the tree being built, put on the path above
 
     for path in paths:
         if not os.path.isfile(path) or os.path.islink(path):

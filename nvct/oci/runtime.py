@@ -127,7 +127,7 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
     entries = _entries(top)
     mark = _mark(seen)
     names_text = _names_text(names)
-    hooks_text = _hooks_text(legacy)
+    hooks_text: str | None = _hooks_text(legacy)
     old = entries.get(config_path)
     if runtime is None:
         keep = old is not None and old[1] == mark and mark != _UNTRUSTED
@@ -173,8 +173,9 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
         for sub, column in ((NAMES, 3), (HOOKS, 2)):
             if dirs.get(sub) is None:
                 dirs[sub] = fileutil.open_private_dir(top, os.path.basename(sub), create=False)
-            if dirs[sub] is not None:
-                _prune(dirs[sub], {e[column] for e in entries.values()})
+            fd = dirs[sub]
+            if fd is not None:
+                _prune(fd, {e[column] for e in entries.values()})
     finally:
         for fd in dirs.values():
             if fd is not None:

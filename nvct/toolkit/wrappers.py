@@ -62,7 +62,8 @@ def runtime_wrapper(layout: Layout, suffix: str, mode: str | None, *, python: Py
 def tool_wrapper(layout: Layout, program: str, *, python: Python) -> str:
     """One of :data:`nvct.toolkit.layout.TOOLS` (``program``), with the installed config."""
     path = layout.tool(program)
-    return _launcher(_name(path, layout), None, _prelude(layout, layout.config()), _start(layout, program, path, python))
+    start = _start(layout, program, path, python)
+    return _launcher(_name(path, layout), None, _prelude(layout, layout.config()), start)
 
 
 def _launcher(name: str, mode: str | None, prelude: str, start: str) -> str:
