@@ -57,8 +57,12 @@ class Key(_Typed[_T]):
     """
 
     __slots__ = ("name", "default", "example", "attr")
+    name: str
+    default: Any  # ABSENT: none built in
+    example: Any  # ABSENT: none
+    attr: str  # the accessor's name
 
-    def __init__(self, name: str, default: object = ABSENT, example: object = ABSENT):
+    def __init__(self, name: str, default: Any = ABSENT, example: Any = ABSENT):
         self.name, self.default, self.example, self.attr = name, default, example, ""
 
     def __set_name__(self, owner: type, attr: str) -> None:

@@ -60,7 +60,7 @@ class Nvml:
     def close(self) -> None:
         if self._lib is not None:
             self._lib.nvmlShutdown()
-            self._lib = None
+            self._lib = None  # type: ignore[assignment]  # closed: every call fails loudly
 
     def cuda_driver_version(self) -> str:
         """CUDA version the driver supports, as "12.4"."""
@@ -160,7 +160,7 @@ class Nvml:
             return []
         count = ctypes.c_uint()
         self._call("nvmlDeviceGetMaxMigDeviceCount", handle, ctypes.byref(count))
-        out = []
+        out: list[MigInfo] = []
         for i in range(count.value):
             mig = ctypes.c_void_p()
             rc = self._lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, ctypes.c_uint(i), ctypes.byref(mig))
