@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import namedtuple
 
 from nvct.base.errors import NvctError
+from nvct.base.record import Record
 
 __all__ = ["ElfInfo", "Header", "read", "abi_tag", "soname", "header", "dynamic", "interpreter",
            "static_problem", "cuda_compat_note"]
@@ -51,14 +51,14 @@ _MACHINES = {
     (258, 64): "loongarch64",
 }
 
-TYPE_CHECKING = False  # typing and dataclasses cost ~10 ms: abi_tag() runs in cdi generate
+TYPE_CHECKING = False  # typing and dataclasses cost ~10 ms, collections ~2 ms: this runs on container starts
 if TYPE_CHECKING:
     from typing import IO, Union
 
     PathOrFile = Union[str, "os.PathLike[str]", IO[bytes]]
 
 
-class ElfInfo(namedtuple("_ElfInfo", "elf_class machine soname needed abi_tag")):
+class ElfInfo(Record):
     """What :func:`read` learns from one ELF file.
 
     ``elf_class`` 32 or 64; ``machine`` 'x86_64', 'i386', 'aarch64', ... or
@@ -66,13 +66,22 @@ class ElfInfo(namedtuple("_ElfInfo", "elf_class machine soname needed abi_tag"))
     ABI tag, e.g. (3, 2, 0), or None.
     """
 
-    __slots__ = ()
+    __slots__ = ("elf_class", "machine", "soname", "needed", "abi_tag")
+    elf_class: int
+    machine: str
+    soname: str | None
+    needed: tuple[str, ...]
+    abi_tag: tuple[int, int, int] | None
 
 
-class Header(namedtuple("_Header", "elf_class little_endian type machine")):
+class Header(Record):
     """The ELF header's identity: class 32 or 64, byte order, ``e_type`` and ``e_machine`` (numbers)."""
 
-    __slots__ = ()
+    __slots__ = ("elf_class", "little_endian", "type", "machine")
+    elf_class: int
+    little_endian: bool
+    type: int
+    machine: int
 
 
 class _Bad(Exception):
@@ -287,7 +296,8 @@ def soname(path: str) -> str | None:
         return None
     try:
         elf = _Elf(_Source(fd))
-        if elf.header[:3] != (64, True, _ET_DYN) or elf.phnum > 256:
+        head = elf.header
+        if (head.elf_class, head.little_endian, head.type) != (64, True, _ET_DYN) or elf.phnum > 256:
             return None
         return elf.load_segments().dynamic(strict=False)[0] or None
     except (_Bad, OSError):

@@ -236,3 +236,77 @@ def test_aarch64_library(tmp_path):
     assert elf.read(out) == ElfInfo(elf_class=64, machine="aarch64", soname="libarm.so.1",
                                     needed=("libc.so.6",), abi_tag=(3, 2, 0))
     assert elf.abi_tag(str(out)) == (3, 2, 0)
+
+
+# --- the rest of the one reader: header, dynamic, interpreter, static_problem -------------
+
+
+def _fd_of(path):
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def test_header_and_dynamic_of_a_32bit_library(libs32):
+    fd = _fd_of(libs32["tagged32"])
+    try:
+        assert elf.header(fd) == elf.Header(elf_class=32, little_endian=True, type=3, machine=3)
+        assert elf.dynamic(fd) == ("libtagged32.so.1", ("libc.so.6",))
+    finally:
+        os.close(fd)
+
+
+def test_header_and_dynamic_of_what_is_not_elf(tmp_path):
+    path = tmp_path / "libx.so"
+    path.write_text("INPUT(-lc)\n")
+    fd = _fd_of(path)
+    try:
+        assert (elf.header(fd), elf.dynamic(fd), elf.static_problem(fd)) == (None, (None, ()), "not an ELF file")
+    finally:
+        os.close(fd)
+
+
+def test_interpreter_is_the_programs_loader_and_none_for_a_library(libs):
+    loader = elf.interpreter(os.path.realpath(sys.executable))
+    assert loader is not None and os.path.basename(loader).startswith("ld-linux")
+    assert elf.interpreter(str(libs["plain64"])) is None
+    with pytest.raises(NvctError, match="not an ELF file"):
+        elf.interpreter(__file__)
+
+
+def test_static_problem_tells_a_dynamic_program_from_a_static_one(libs, tmp_path):
+    static = tmp_path / "static"
+    (tmp_path / "m.c").write_text("int main(void) { return 0; }\n")
+    subprocess.run(["gcc", "-static", "-o", str(static), str(tmp_path / "m.c")], check=True, capture_output=True)
+    for path, problem in ((sys.executable, "dynamically linked"), (static, None), (libs["plain64"], None)):
+        fd = _fd_of(os.path.realpath(path))
+        try:
+            assert elf.static_problem(fd) == problem, path
+        finally:
+            os.close(fd)
+
+
+def test_reading_imports_no_pyelftools(libs):
+    code = (f"import sys, nvct.linux.elf as e; e.read({str(libs['tagged64'])!r}); e.soname({str(libs['tagged64'])!r}); "
+            "assert 'elftools' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_start_paths_never_raise_on_corrupt_bytes(sample, tmp_path, data):
+    """soname, header, dynamic and static_problem read an image's files on container starts: never a traceback."""
+    damaged = bytearray(sample)
+    for _ in range(data.draw(st.integers(1, 8), label="flips")):
+        damaged[data.draw(st.integers(0, min(0x40 * 8, len(sample)) - 1))] = data.draw(st.integers(0, 255))
+    path = tmp_path / "damaged.so"
+    path.write_bytes(bytes(damaged[: data.draw(st.integers(0, len(damaged)))]))
+    assert elf.soname(str(path)) is None or isinstance(elf.soname(str(path)), str)
+    fd = _fd_of(path)
+    try:
+        elf.header(fd)
+        found, needed = elf.dynamic(fd)
+        assert found is None or isinstance(found, str)
+        assert all(isinstance(n, str) for n in needed)
+        assert elf.static_problem(fd) in (None, "not an ELF file", "malformed ELF header", "not an ELF executable",
+                                          "truncated ELF program headers", "dynamically linked")
+    finally:
+        os.close(fd)
