@@ -256,7 +256,7 @@ FAULTS = {
     "no-low-level-runtime": Fault("config.runtimes", "fail", "/nonexistent/runc", False,
                                   lambda n: _config(n, '"/usr/sbin/runc"', '"/nonexistent/runc"'), fix=_after_or),
     # A newer CUDA compat libcuda in the image: the shim leaves the chain to the hook (nvct.modifier.prepare), which is gone.
-    "hook-program-missing": Fault("config.hook", "fail", "compat libcuda is newer than the driver", False,
+    "hook-program-missing": Fault("config.hook", "fail", "fail to start at their createContainer hook", False,
                                   lambda n: _config(n, f'path = "{n.program("nvct")}"', 'path = "/nonexistent/nvct"'),
                                   fix="an edit of the file", image=lambda root: _newer_compat_libcuda(root)),
     "legacy-hook-program-missing": Fault("config.hook", "fail", "fail to start at their prestart hook", False,
@@ -327,14 +327,14 @@ def test_a_deleted_host_node_hides_the_gpu_from_the_host_only(tmp_path, rootfs):
     assert _gets_gpu(node, rootfs, "jit-cdi", "nvidia-smi -L", "ctr")
 
 
-def test_without_the_hook_program_containers_the_shim_prepares_still_start(tmp_path, rootfs):
-    """config.hook fails for the containers it names, not for those nvct.modifier.prepare does itself."""
+def test_without_the_hook_program_gpu_containers_fail_at_their_hook_as_doctor_says(tmp_path, rootfs):
+    """config.hook fails: even a container nvct.modifier.prepare does itself runs the hook for the params mask."""
     need_runtime("runc")
     node = GpuNode(tmp_path, mode="jit-cdi", real=True)
     _config(node, f'path = "{node.program("nvct")}"', 'path = "/nonexistent/nvct"')
     hook = by_id(node.doctor(), "config.hook")[0]
-    assert hook.status == "fail" and hook.seen.endswith("; the others start")
-    assert _gets_gpu(node, rootfs, "jit-cdi", "nvidia-smi -L", "prepared")
+    assert hook.status == "fail" and "fail to start at their createContainer hook" in hook.seen
+    assert not _gets_gpu(node, rootfs, "jit-cdi", "nvidia-smi -L", "prepared")
 
 
 def test_a_spec_of_another_root_breaks_when_that_root_goes(tmp_path, rootfs):
@@ -775,7 +775,7 @@ COVERAGE = {
     "config.check_roots": ["driver-root-slash"],
     "config.check_runtimes": ["no-low-level-runtime", "runc-open-to-cve-2024-45310"],  # and config.runtime-cve
     "config.check_hook": ["hook-program-missing", "legacy-hook-program-missing",
-                          "test_without_the_hook_program_containers_the_shim_prepares_still_start"],
+                          "test_without_the_hook_program_gpu_containers_fail_at_their_hook_as_doctor_says"],
     "config.check_log": ["log-directory-missing"],
     "driver.check_module": ["module-not-loaded"],
     "driver.check_version": ["driver-version-unreadable"],

@@ -108,7 +108,7 @@ def test_legacy_mig_config_shows_the_whole_capabilities_tree(tmp_path, sim_node,
 @pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
 def test_cdi_modes_leave_proc_to_the_kernel_as_the_reference(tmp_path, mig_node, rootfs, mode, runtime):
     """The reference's CDI edits cannot mount under /proc either: every GPU's files stay visible.
-    params is masked by the shim's sh hook (nvct.modifier.prepare), the chain's other steps done before."""
+    params is masked by the hook the shim leaves (nvct.modifier.prepare), the chain's other steps done before."""
     lines = _show(tmp_path, mig_node, rootfs, mode, "NVIDIA_VISIBLE_DEVICES=1,3", runtime=runtime)
     assert set(_gpu_files(mig_node, *range(len(mig_node["gpus"])))) <= set(lines)
     assert {"./capabilities/mig/config", *_mig_caps(mig_node, 0, 0), *_mig_caps(mig_node, 2, 1)} <= set(lines)
@@ -118,7 +118,7 @@ def test_cdi_modes_leave_proc_to_the_kernel_as_the_reference(tmp_path, mig_node,
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
 @pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
 def test_an_image_proc_symlink_to_the_host_gets_no_params_mask(tmp_path, sim_node, rootfs, mode, runtime):
-    """The image's /proc is a link to a host directory holding a params file: the sh mask hook must
+    """The image's /proc is a link to a host directory holding a params file: the mask hook must
     not mount through it (the kernel would follow the link from the host's root; the mount would
     land in the container's namespace only, but the start is refused). Host untouched."""
     from tests.security.conftest import snapshot
@@ -135,7 +135,7 @@ def test_an_image_proc_symlink_to_the_host_gets_no_params_mask(tmp_path, sim_nod
     assert snapshot(host) == before
     assert not result.ok, result.describe()
     if runtime == "runc":  # runc mounts its procfs through the link, inside the root; the mask hook refuses
-        assert "proc: reached through a symlink; not masking the driver params" in result.stderr, result.describe()
+        assert "reached through a symlink; refusing to mask it" in result.stderr, result.describe()
     else:  # crun refuses the link itself
         assert "proc" in result.stderr, result.describe()
 
