@@ -1,7 +1,8 @@
 """The one table of config.toml keys: each key's typed accessor, default and the reference's example.
 
-:class:`Settings` lists every key anyone has given a meaning, one line each:
-``accessor: type = key("dotted.name", default, example=...)``. From it come
+:class:`Settings` lists every key anyone has given a meaning, one row each:
+``accessor: Key[type] = Key("dotted.name", default, example=...)``, or
+``Feature("name")`` for a ``[features]`` flag. A new key is one new row. From the rows come
 
 * the typed accessors of :class:`nvct.config.file.Config` (a subclass): ``config.cli_load_kmods``;
 * :func:`defaults`, the built-in config (a key without a default is left out of it, as the reference does);
