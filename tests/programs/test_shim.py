@@ -79,7 +79,8 @@ def test_bundle_defaults_to_cwd(tmp_path, fake_runc):
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=42"])
     r = run_shim(["create", "c1"], _config(tmp_path, fake_runc), cwd=bundle)
     assert r.returncode == 1
-    assert "/proc/driver/nvidia/version: not found: the NVIDIA driver is not loaded" in r.stderr  # read from cwd's bundle
+    # read from cwd's bundle
+    assert "/proc/driver/nvidia/version: not found: the NVIDIA driver is not loaded" in r.stderr
 
 
 def test_errors_go_to_stderr_runc_log_and_config_log(tmp_path, fake_runc):
@@ -157,7 +158,8 @@ def test_jit_cdi_mode_writes_devices_mounts_and_hides_env(tmp_path, fake_runc, s
     spec = json.loads((bundle / "config.json").read_text())
     assert spec["process"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void", "X=1"]
     assert "/dev/nvidia1" in [d["path"] for d in spec["linux"]["devices"]]
-    assert {"allow": True, "type": "c", "major": 195, "minor": 1, "access": "rwm"} in spec["linux"]["resources"]["devices"]
+    allowed = spec["linux"]["resources"]["devices"]
+    assert {"allow": True, "type": "c", "major": 195, "minor": 1, "access": "rwm"} in allowed
     [hook] = spec["hooks"]["createContainer"]
     assert os.path.isabs(hook["path"]) and hook["args"][:3] == ["nvct", "hook", "chain"]
     assert spec["ociVersion"] == "1.0.2-dev" and spec["root"] == {"path": "rootfs"}
@@ -248,6 +250,30 @@ def test_calls_other_than_create_skip_python_while_the_config_is_unchanged(tmp_p
         r, starts = _front_run(front, config, args)
         assert (r.returncode, starts) == (0, 0), r.stderr
         assert (tmp_path / "argv").read_text().split() == ["runc", *args]
+
+
+@pytest.mark.parametrize("how", ["a symlink", "not root's", "in a /run/nvct not root's"])
+def test_the_front_sources_no_record_but_roots_own(tmp_path, how):
+    """The front sources /run/nvct/fronts (sh that Python wrote): one that is a symlink, or not
+    root's, or in a /run/nvct that is not root's, is never run; the call goes to Python."""
+    front, config = _recorded_front(tmp_path, CONFIGS["shipped"](_recording_runtime(tmp_path, "runc")))
+    top = os.path.join(front.run, "nvct")
+    fronts = os.path.join(top, "fronts")
+    witness = tmp_path / "sourced"
+    evil = _recording_runtime(tmp_path, "evil")
+    with open(fronts) as f:
+        planted = f"touch {witness}\n" + f.read().replace(str(tmp_path / "runc"), str(evil))
+    if how == "a symlink":
+        os.unlink(fronts)
+        (tmp_path / "planted").write_text(planted)
+        os.symlink(tmp_path / "planted", fronts)
+    else:
+        with open(fronts, "w") as f:
+            f.write(planted)
+        os.chown(top if how.startswith("in") else fronts, 65534, 65534)
+    r, starts = _front_run(front, config, ["state", "c1"])
+    assert not witness.exists() and (r.returncode, starts) == (0, 1), r.stderr
+    assert (tmp_path / "argv").read_text().split() == ["runc", "state", "c1"]
 
 
 def _copy_keeping_mtime(src, dst, how):
