@@ -750,7 +750,13 @@ def test_a_crio_runtime_that_is_gone_fails_in_doctor_and_under_conmon(tmp_path, 
         assert not gets_gpu(podman)
         command, _, restart = found.fix.partition("; ")
         assert restart == "then restart cri-o", found.fix
-        proc = subprocess.run(["sh", "-ec", command], capture_output=True, text=True, timeout=60,
+        # The fix names no main config: nvct records its undo beside /etc/crio/crio.conf, here an
+        # overlay of /etc in a mount namespace of its own, so the host's /etc stays as it was.
+        etc = os.path.join(node.tmp, "etc-rw")
+        private_etc = (f'mkdir -p {etc} && mount -t tmpfs nvct-etc {etc} && mkdir {etc}/up {etc}/work && '
+                       f'mount -t overlay overlay -o lowerdir=/etc,upperdir={etc}/up,workdir={etc}/work /etc')
+        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-ec",
+                               f"{private_etc}\n{command}"], capture_output=True, text=True, timeout=60,
                               env=_env(node, PATH=f"{VENV_BIN}:{os.environ['PATH']}",
                                        NVCT_STATE_DIR=os.path.join(node.tmp, "state")))
         assert proc.returncode == 0, (command, proc.stderr)
