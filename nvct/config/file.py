@@ -123,6 +123,8 @@ class Config(keys.Settings):
 
     def unknown_keys(self) -> list[str]:
         """Keys of the file that no release gives a meaning (typos): warned about, never refused."""
+        if _within(self._file, DEFAULTS):
+            return []  # the usual file, on every GPU container start: no need for the whole key tree
         return keys.unknown(self._file)
 
     def unknown_keys_warning(self) -> str | None:
@@ -283,6 +285,17 @@ def _toml_reason(msg: str) -> str:
 def _split_key(dotted: str) -> list[str]:
     # Top-level keys never contain dots, nested ones are table names.
     return dotted.split(".")
+
+
+def _within(table: Mapping[str, object], known: Mapping[str, object]) -> bool:
+    """Whether every key of ``table`` is one of ``known``'s, at every level."""
+    for key, value in table.items():
+        if key not in known:
+            return False
+        sub = known[key]
+        if isinstance(value, dict) and isinstance(sub, dict) and not _within(value, sub):
+            return False
+    return True
 
 
 def _copy(value):

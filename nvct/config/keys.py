@@ -216,13 +216,16 @@ def _known() -> dict:
     return out
 
 
-_KNOWN = _known()
+#: :func:`_known`, built on first use (a container start whose file holds only keys of the defaults never needs it).
+_KNOWN: list[dict] = []
 
 
 def unknown(data: Mapping[str, object]) -> list[str]:
     """The dotted keys of ``data`` (a parsed config.toml) that no release gives a meaning, in file order."""
+    if not _KNOWN:
+        _KNOWN.append(_known())
     out: list[str] = []
-    _walk(data, _KNOWN, "", out)
+    _walk(data, _KNOWN[0], "", out)
     return out
 
 
