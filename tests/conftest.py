@@ -95,14 +95,39 @@ def _private_nvct_state(tmp_path_factory):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Mark by fixture before ``-m`` selects; a skip for non-root marks ``root``."""
+    """Mark by fixture before ``-m`` selects; a skip for non-root marks ``root``, and so does a test
+    or fixture that asks for root (``need_root()``, ``os.geteuid()``, in it or a helper of the tests')."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if names & CONTAINER_FIXTURES:
             item.add_marker(pytest.mark.containers)
-        if item.get_closest_marker("containers") or names & ROOT_FIXTURES or any(
-                "root" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")):
+        if (item.get_closest_marker("containers") or names & ROOT_FIXTURES
+                or any("root" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))
+                or any(_asks_for_root(f) for f in _functions(item))):
             item.add_marker(pytest.mark.root)
+
+
+def _functions(item) -> list:
+    """The test's function and its fixtures' (the ones that would set it up)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = [d[-1] for d in info.name2fixturedefs.values() if d] if info else []
+    return [getattr(item, "function", None), *(d.func for d in defs)]
+
+
+def _asks_for_root(function, depth: int = 3, _cache: dict = {}) -> bool:  # noqa: B006 (the cache)
+    code = getattr(function, "__code__", None)
+    if code is None or depth == 0:
+        return False
+    if code not in _cache:
+        _cache[code] = False  # a cycle of helpers asks nothing more
+        names = set(code.co_names)
+        for const in code.co_consts:  # nested functions and lambdas
+            names |= set(getattr(const, "co_names", ()))
+        called = [function.__globals__.get(name) for name in names]
+        _cache[code] = bool({"need_root", "geteuid"} & names) or any(
+            _asks_for_root(f, depth - 1) for f in called
+            if callable(f) and getattr(f, "__module__", "").startswith("tests"))
+    return _cache[code]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -87,7 +87,7 @@ def test_entries_of_files_that_came_and_went_do_not_pile_up(root, monkeypatch):
     """One spec per DRA claim: a busy node sees endless paths; /run is memory."""
     monkeypatch.setattr(parsecache, "MAX_ENTRIES", 8)
     for n in range(30):
-        parsecache.parse_cached(b"x", f"/var/run/cdi/claim-{n}.json", "t", lambda raw: n)
+        parsecache.parse_cached(b"x", f"/var/run/cdi/claim-{n}.json", "t", lambda raw, n=n: n)
     names = os.listdir(root / "t-cache")
     assert len(names) <= 8
     assert "%var%run%cdi%claim-29.json.marshal" in names  # the newest stays

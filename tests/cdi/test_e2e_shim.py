@@ -115,5 +115,5 @@ def test_jit_cdi_gives_the_group_of_a_node_only_its_group_may_open(tmp_path, gat
                            log_file=str(tmp_path / "log.json"), timeout=60)
     assert result.ok, result.describe()
     assert "renderD128" in result.stdout, result.describe()
-    line = [l for l in result.stdout.splitlines() if l.startswith("Groups:")][0]
+    line = [ln for ln in result.stdout.splitlines() if ln.startswith("Groups:")][0]
     assert line.split()[1:] == groups, result.describe()

@@ -107,7 +107,8 @@ def test_host_paths_lie_under_the_roots_and_container_paths_are_as_on_a_host(nod
     assert nodes and all(n["hostPath"] == root + n["path"] for n in nodes)
     assert mounts and all(m["hostPath"].startswith(root + "/") for m in mounts)
     # Every file where the host has it, but the Vulkan ICD files: the loader reads /etc/vulkan.
-    moved = {m["containerPath"]: m["hostPath"][len(root):] for m in mounts if m["hostPath"] != root + m["containerPath"]}
+    moved = {m["containerPath"]: m["hostPath"][len(root):] for m in mounts
+             if m["hostPath"] != root + m["containerPath"]}
     assert moved == {"/etc/vulkan/icd.d/nvidia_icd.json": "/usr/share/vulkan/icd.d/nvidia_icd.json"}
     assert not any(n["path"].startswith(root) for n in nodes)
 

@@ -19,7 +19,8 @@ def test_defaults_match_the_reference():
 def test_lookup_order(fs):
     fs.create_file("/explicit.toml", contents='[nvidia-container-runtime]\nmode = "legacy"\n')
     fs.create_file("/env.toml", contents='[nvidia-container-runtime]\nmode = "cdi"\n')
-    fs.create_file("/xdg/nvidia-container-runtime/config.toml", contents='[nvidia-container-runtime]\nmode = "jit-cdi"\n')
+    fs.create_file("/xdg/nvidia-container-runtime/config.toml",
+                   contents='[nvidia-container-runtime]\nmode = "jit-cdi"\n')
     fs.create_file("/etc/nvidia-container-runtime/config.toml", contents="disable-require = true\n")
     env = {"NVIDIA_CTK_CONFIG_FILE_PATH": "/env.toml", "XDG_CONFIG_HOME": "/xdg"}
     assert config.load("/explicit.toml", env=env).mode == "legacy"

@@ -19,12 +19,14 @@ def test_driver_version_proprietary_and_open_module(fs):
 
 
 def test_missing_module_names_the_file(fs):
-    with pytest.raises(DriverError, match=r"^/p/driver/nvidia/version: not found: the NVIDIA driver is not loaded \(load its kernel module: modprobe nvidia\)$"):
+    with pytest.raises(DriverError, match=r"^/p/driver/nvidia/version: not found: the NVIDIA driver is not loaded "
+                                          r"\(load its kernel module: modprobe nvidia\)$"):
         procfs.driver_version("/p")
 
 
 def test_gpus_in_bus_order_with_minor_from_information(fs):
-    fs.create_file("/p/driver/nvidia/gpus/0000:43:00.0/information", contents=INFO.replace("1b:00", "43:00").replace("Minor: \t 3", "Minor: \t 1"))
+    fs.create_file("/p/driver/nvidia/gpus/0000:43:00.0/information",
+                   contents=INFO.replace("1b:00", "43:00").replace("Minor: \t 3", "Minor: \t 1"))
     fs.create_file("/p/driver/nvidia/gpus/0000:1b:00.0/information", contents=INFO)
     gpus = procfs.gpus("/p")
     assert [(g.bus_id, g.minor) for g in gpus] == [("0000:1b:00.0", 3), ("0000:43:00.0", 1)]
@@ -47,7 +49,8 @@ def test_mig_instances_in_gi_ci_order(fs):
 
 
 def test_mig_minors_and_char_majors(fs):
-    fs.create_file("/p/driver/nvidia-caps/mig-minors", contents="config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n")
+    fs.create_file("/p/driver/nvidia-caps/mig-minors",
+                   contents="config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n")
     assert procfs.mig_minors("/p")["gpu0/gi1/ci0/access"] == 13
     fs.create_file("/p/devices", contents=("Character devices:\n  1 mem\n195 nvidia\n509 nvidia-caps-imex-channels\n"
                                            "510 nvidia-uvm\n511 nvidia-caps\n\nBlock devices:\n  8 sd\n"))

@@ -1,4 +1,5 @@
-"""A broken config.toml through the shim and real runc: no GPU asked, the container runs; a GPU container gets the error.
+"""A broken config.toml through the shim and real runc: no GPU asked, the container runs; a GPU
+container gets the error.
 
 Where ``nvidia`` is the default runtime, one typo in config.toml must not stop every container on the node.
 """
@@ -40,7 +41,8 @@ def test_a_container_that_asks_for_no_gpu_runs_with_the_default_runtime_and_a_wa
     assert result.ok, result.describe()
     assert result.stdout.strip() == "inside"
     [warning] = {w for w in _warnings(result)}
-    assert warning.startswith(f"nvidia-container-runtime: warning: {config}: invalid TOML: Unclosed array (at end of document)")
+    assert warning.startswith(f"nvidia-container-runtime: warning: {config}: invalid TOML: "
+                              "Unclosed array (at end of document)")
     assert warning.endswith("; running /usr/sbin/runc without GPU support")
 
 

@@ -69,7 +69,7 @@ def _hook_bundle(tmp_path, node, rootfs, visible: str, command: str, args=(),
                  injected: set[str] = frozenset()) -> tuple[str, str]:
     config = node_config(tmp_path, node, mode="legacy")
     probes = {"gpu": _unrequested_gpu(node, injected), "mem": RUNTIME_DENIED}
-    for name, (kind, major, minor) in probes.items():
+    for name, (_kind, major, minor) in probes.items():
         path = os.path.join(rootfs, "probe", name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if not os.path.exists(path):

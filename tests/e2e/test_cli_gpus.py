@@ -152,7 +152,8 @@ def test_ctr_2_1_gpus_runs_nvidia_container_cli(node, sim_node, busybox_image_ta
 def test_doctor_says_which_path_nerdctl_takes(node, spec, tmp_path, knows_the_cli):
     """No nerdctl in Debian: a stand-in program, with or without the hook program's name in it."""
     path = _bin(tmp_path / "bin", "nvidia-container-cli")
-    (tmp_path / "bin" / "nerdctl").write_text("#!/bin/sh\n# " + ("nvidia-container-cli" if knows_the_cli else "") + "\n")
+    (tmp_path / "bin" / "nerdctl").write_text("#!/bin/sh\n# " + ("nvidia-container-cli" if knows_the_cli else "")
+                                              + "\n")
     (tmp_path / "bin" / "nerdctl").chmod(0o755)
     found = _doctor(node, env={"PATH": f"{path}:/usr/sbin:/usr/bin:/sbin:/bin"})["runtime.nerdctl-gpus"]
     assert found["status"] == "ok", found

@@ -142,8 +142,8 @@ def test_two_devices_by_uuid_and_index(nri, sim_node):
 
 
 def test_an_annotation_for_another_container_or_none_gives_nothing(nri):
-    for annotations in ({}, {"nvidia.cdi.k8s.io/container.sidecar": "nvidia.com/gpu=0"}):
-        result = run_pod(nri, "default", annotations)
+    for given in ({}, {"nvidia.cdi.k8s.io/container.sidecar": "nvidia.com/gpu=0"}):
+        result = run_pod(nri, "default", given)
         assert result.rc == 0 and nodes(result) == set(), result.describe()
 
 

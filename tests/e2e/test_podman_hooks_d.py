@@ -44,7 +44,8 @@ def test_gpu_request_reaches_python_and_the_container_sees_its_gpus(podman_with_
 
 def test_container_without_gpu_request_starts_with_nothing_injected(podman_with_hook):
     result = podman_with_hook.run(["--rm", BUSYBOX_IMAGE_QUALIFIED, "sh", "-c",
-                                   "find /dev -name 'nvidia*' | wc -l; ls /usr/lib/x86_64-linux-gnu | grep -c nvidia; true"])
+                                   "find /dev -name 'nvidia*' | wc -l; "
+                                   "ls /usr/lib/x86_64-linux-gnu | grep -c nvidia; true"])
     assert result.rc == 0, result.describe()
     assert result.stdout.split() == ["0", "0"], result.describe()
 

@@ -73,7 +73,8 @@ def test_what_the_shim_hands_each_runtime_for_a_read_only_root(tmp_path, sim_nod
     with edit_config(tmp_path / "bundle") as spec:
         assert spec["root"]["readonly"] is root_readonly
         chains = [h for h in spec["hooks"]["createContainer"]  # the params mask alone is not the chain's work
-                  if "chain" in h["args"] and ("--" in h["args"] or h["args"][-1] != "disable-device-node-modification")]
+                  if "chain" in h["args"]
+                  and ("--" in h["args"] or h["args"][-1] != "disable-device-node-modification")]
         assert json.dumps(spec["hooks"]).count("readonly-root") == (1 if last_steps else 0)
         if last_steps:
             assert chains[0]["args"][-2:] == last_steps

@@ -171,7 +171,7 @@ def test_a_driver_upgrade_regenerates_the_spec_every_time(systemd_node):
     for version in ("570.124.06", "535.161.08"):  # twice in a row: the path unit fires again
         _simulate(node_dir, version)
         _depmod(box)
-        assert wait_until(lambda: _spec_version(spec) == version, 60), box.exec(
+        assert wait_until(lambda version=version: _spec_version(spec) == version, 60), box.exec(
             "journalctl", "-u", "nvidia-cdi-refresh.service", "--no-pager", check=False).stdout
     assert box.systemctl_show("nvidia-cdi-refresh.path", "ActiveState")["ActiveState"] == "active"
     # The env file's output path won over the unit's Environment=.

@@ -38,7 +38,8 @@ pytestmark = pytest.mark.containers
 #: The host uid and gid of the container's root.
 HOST_ID = 300000
 ID_RANGE = 65536
-CHECK = ("cat /proc/self/uid_map && dlopen-probe libcuda.so.1 libnvidia-ml.so.1 libcuda.so libnvidia-ml.so && nvidia-smi -L && "
+CHECK = ("cat /proc/self/uid_map && dlopen-probe libcuda.so.1 libnvidia-ml.so.1 libcuda.so libnvidia-ml.so && "
+         "nvidia-smi -L && "
          "{ grep ModifyDeviceFiles /proc/driver/nvidia/params 2>/dev/null || true; }")
 
 

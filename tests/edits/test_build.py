@@ -29,7 +29,8 @@ def test_gpu_edits_have_nodes_libraries_binaries_and_one_hook(setup, sim_node):
     edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "1"})
     root = sim_node["roots"]["driver_root"]
     paths = [d.path for d in edits.device_nodes]
-    assert paths == ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
+    assert paths == ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                     "/dev/nvidia-modeset"]
     assert all(d.host_path == os.path.join(root, d.path.lstrip("/")) for d in edits.device_nodes)
     mounted = {m.container_path for m in edits.mounts}
     assert "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" in mounted

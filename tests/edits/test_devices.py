@@ -29,7 +29,8 @@ def test_all_is_every_gpu_and_every_mig_device(driver):
 
 
 def test_unknown_ids_name_the_id_and_what_exists(driver):
-    with pytest.raises(RequestError, match=r"NVIDIA_VISIBLE_DEVICES: unknown device '8' \(this node has GPUs 0-7 and 2 MIG"):
+    with pytest.raises(RequestError,
+                       match=r"NVIDIA_VISIBLE_DEVICES: unknown device '8' \(this node has GPUs 0-7 and 2 MIG"):
         select(("8",), driver)
     for bad in ("GPU-nope", "MIG-nope", "0:7", "1:0", "zz:00.0", "other.com/gpu=0"):
         with pytest.raises(RequestError, match=f"unknown device '{bad}'"):

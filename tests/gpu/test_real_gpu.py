@@ -57,12 +57,14 @@ def test_gpu_container_through_the_shim(tmp_path, mode):
     spec = json.loads(subprocess.run([runc, "spec", "--bundle", str(tmp_path)], capture_output=True, text=True,
                                      check=True).stdout or (tmp_path / "config.json").read_text())
     spec["process"].update(terminal=False, args=["/usr/bin/nvidia-smi", "-L"],
-                           env=["PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility"])
+                           env=["PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=all",
+                                "NVIDIA_DRIVER_CAPABILITIES=utility"])
     spec["root"] = {"path": str(rootfs), "readonly": False}
     (tmp_path / "config.json").write_text(json.dumps(spec))
     config = tmp_path / "config.toml"
     config.write_text(f'[nvidia-container-runtime]\nmode = "{mode}"\nruntimes = ["{runc}"]\n')
-    result = subprocess.run([os.path.join(BIN, "nvidia-container-runtime"), "run", "--bundle", str(tmp_path), f"gpu-{mode}"],
+    result = subprocess.run([os.path.join(BIN, "nvidia-container-runtime"), "run", "--bundle", str(tmp_path),
+                             f"gpu-{mode}"],
                             env={"PATH": os.environ["PATH"], "NVIDIA_CTK_CONFIG_FILE_PATH": str(config)},
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -42,7 +42,8 @@ def cgroup():
 
 
 def _opens(cgroup: str, *paths: str) -> list[str]:
-    script = f'echo $$ > {cgroup}/cgroup.procs; for p in "$@"; do if (exec 3<"$p") 2>&-; then echo ok; else echo no; fi; done'
+    script = (f'echo $$ > {cgroup}/cgroup.procs; '
+              'for p in "$@"; do if (exec 3<"$p") 2>&-; then echo ok; else echo no; fi; done')
     out = subprocess.run(["/bin/sh", "-c", script, "sh", *paths], capture_output=True, text=True, check=True)
     return out.stdout.split()
 
@@ -260,7 +261,7 @@ def _verdicts_match_the_kernel(cgroup: str, nodes, code: bytes) -> None:
         os.close(cg)
 
 
-I = bpf.insn
+I = bpf.insn  # noqa: E741 - one letter, as the listings it builds read
 #: Programs written other ways than a runtime compiles them (an agent's, a hand-written policy)
 HANDWRITTEN = {
     "jset: no writes": [I(0x61, 3, 1, 0), I(0x77, 3, imm=16), I(0x45, 3, off=2, imm=4),  # r3 & WRITE

@@ -89,7 +89,8 @@ def test_v2_a_policy_nvct_cannot_follow_is_a_warning(monkeypatch):
     from nvct.base.log import logger
 
     _fake(monkeypatch, ["0::/ctr"], [_cgroup2_mount("/sys/fs/cgroup")])
-    monkeypatch.setattr("nvct.linux.bpf.allow_char_devices", lambda d, devs: ["device program 9 (x) ...; left as it is"])
+    monkeypatch.setattr("nvct.linux.bpf.allow_char_devices",
+                        lambda d, devs: ["device program 9 (x) ...; left as it is"])
     warned = []
     monkeypatch.setattr(logger, "warning", lambda msg, *args, **kw: warned.append(msg % args))
     allow_devices(42, [("c", 195, 0, "rwm")])

@@ -1,4 +1,5 @@
-"""The annotation contract, the management namespaces, registration and reconnecting, and the installer's NRI options."""
+"""The annotation contract, the management namespaces, registration and reconnecting, and the
+installer's NRI options."""
 
 from __future__ import annotations
 

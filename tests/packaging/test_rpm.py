@@ -173,7 +173,8 @@ mount -t tmpfs tmpfs "$R/run"
 mount -t tmpfs tmpfs "$R/tmp"
 mkdir -p "$R$W"
 mount --bind "$W" "$R$W"
-site=$(chroot "$R" /usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("purelib", "posix_prefix", vars={"base": "/usr"}))')
+site=$(chroot "$R" /usr/bin/python3 -c \
+    'import sysconfig; print(sysconfig.get_path("purelib", "posix_prefix", vars={"base": "/usr"}))')
 echo "$site" > "$R/usr/lib/python3/dist-packages/zz-nvct-rpm-test.pth"
 rpm --root "$R" --initdb
 step() {  # step NAME CMD...: run it, record its status and output
@@ -194,7 +195,8 @@ starts() {
         n=$((n + 1)); at=$(cat "$W/phase")
         rm -rf "$W/b"; cp -a "$W/pristine" "$W/b"
         out=$(NVIDIA_CTK_CONFIG_FILE_PATH=$NODE_CONFIG PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-              chroot "$R" /usr/bin/nvidia-container-runtime --root /run/nvct-rpm-test run --no-pivot --bundle "$W/b" "c$n" \
+              chroot "$R" /usr/bin/nvidia-container-runtime --root /run/nvct-rpm-test \
+                  run --no-pivot --bundle "$W/b" "c$n" \
               </dev/null 2>&1) && rc=0 || rc=$?
         gpu=$(printf '%s\n' "$out" | grep -c '^has-nvidia0$' || :)
         echo "$at $(cat "$W/phase") $rc $gpu" >> "$W/starts"

@@ -131,12 +131,20 @@ def lifecycles_ms(cases: dict[str, Case], runs: int) -> dict[str, float]:
 
     Interleaving matters on a shared machine: runc's own create time drifts by
     tens of ms over a minute, and a drift between phases would read as overhead.
+    The order within a round is shuffled (seeded): a case that always follows
+    another would carry what that one leaves (the page cache, runc's cgroup
+    cleanup) as its own.
     """
+    import random
+
     from tests.support.runtimes import create_start_delete
 
     times: dict[str, list[float]] = {name: [] for name in cases}
+    order, rng = list(cases), random.Random(28)
     for _ in range(runs):
-        for name, case in cases.items():
+        rng.shuffle(order)
+        for name in order:
+            case = cases[name]
             case.reset()
             result = create_start_delete(case.argv, case.bundle, env=case.env)
             if result.rc != 0:

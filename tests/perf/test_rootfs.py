@@ -9,7 +9,8 @@ import pytest
 
 from nvct.base.errors import ContainerError
 from nvct.rootfs.ldconfig import update_ldcache
-from tests.rootfs.test_ldconfig import HANGING_CONFS, built, image, refuse_conf  # noqa: F401 (fixtures)
+from tests.rootfs.test_ldconf import HANGING_CONFS, refuse_conf
+from tests.rootfs.test_ldconfig import built, image  # noqa: F401 (fixtures)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, namespaces)")

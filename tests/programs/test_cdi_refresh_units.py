@@ -48,8 +48,8 @@ def test_systemd_accepts_the_units(tmp_path):
             shutil.copy(unit, tmp_path)
     proc = subprocess.run([analyze, "verify", "--man=no", *sorted(str(p) for p in tmp_path.iterdir())],
                           capture_output=True, text=True, check=False)
-    problems = [l for l in (proc.stdout + proc.stderr).splitlines()
-                if not (l.endswith("Command /usr/bin/nvidia-ctk is not executable: No such file or directory")
+    problems = [ln for ln in (proc.stdout + proc.stderr).splitlines()
+                if not (ln.endswith("Command /usr/bin/nvidia-ctk is not executable: No such file or directory")
                         and not os.path.exists("/usr/bin/nvidia-ctk"))]
     assert problems == [], problems
 
@@ -80,7 +80,7 @@ def test_the_units_refresh_every_time_and_before_the_engines():
     watched = _directives(UNITS / "nvidia-cdi-refresh.path")["PathChanged"]
     assert "/lib/modules/%v/modules.dep" in watched and "/dev/nvidia-caps" in watched
     rule = (REPO / "packaging" / "udev" / "99-nvidia-cdi-refresh.rules").read_text()
-    (line,) = [l for l in rule.splitlines() if l and not l.startswith("#")]
+    (line,) = [ln for ln in rule.splitlines() if ln and not ln.startswith("#")]
     assert {'ACTION=="add"', 'SUBSYSTEM=="module"', 'KERNEL=="nvidia|nvidia_current"',
             'ENV{SYSTEMD_WANTS}+="nvidia-cdi-refresh.service"'} <= set(line.split(", "))
 

@@ -104,7 +104,8 @@ def test_hook_never_imports_from_pythonpath(tmp_path):
     evil = tmp_path / "evil" / "nvct"
     evil.mkdir(parents=True)
     (evil / "__init__.py").write_text('raise SystemExit("imported from PYTHONPATH")\n')
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "nvct/scripts/nvidia-container-runtime-hook")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "nvct/scripts/nvidia-container-runtime-hook")
     for argv in ([HOOK, "poststart"], [sys.executable, script, "poststart"]):  # with and without -I
         r = run(argv, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "evil")})
         assert (r.returncode, r.stderr) == (0, ""), argv

@@ -147,10 +147,10 @@ def test_unusual_state_goes_to_python_unchanged(front, tmp_path, state):
 def test_the_names_a_config_adds_are_the_ones_python_recorded(tmp_path):
     front = HookFront(tmp_path, 'swarm-resource = "DOCKER_RESOURCE_GPU"\n'
                                 '[nvidia-container-runtime.modes.cdi]\nannotation-prefixes = ["x.io/"]\n')
-    for env, annotations, python in ((["DOCKER_RESOURCE_GPU=0"], None, True), ([], {"x.io/gpu": "0"}, True),
-                                     ([], {"cdi.k8s.io/gpu": "0"}, False), (["DOCKER_RESOURCE=1"], None, False)):
-        front.run(_state(_bundle(tmp_path / "b", env, annotations)))
-        assert front.record.exists() == python, (env, annotations)
+    for env, annots, python in ((["DOCKER_RESOURCE_GPU=0"], None, True), ([], {"x.io/gpu": "0"}, True),
+                                ([], {"cdi.k8s.io/gpu": "0"}, False), (["DOCKER_RESOURCE=1"], None, False)):
+        front.run(_state(_bundle(tmp_path / "b", env, annots)))
+        assert front.record.exists() == python, (env, annots)
 
 
 def test_a_config_changed_keeping_its_mtime_goes_to_python(tmp_path):

@@ -115,7 +115,8 @@ def _create(front, tmp_path, text, argv_before=(), name="bundle", keep=()):
 def _hook(front, log_format=None):
     with open(front.config, "rb") as f:
         digest = parsecache.digest(f.read())
-    env = [*HOOK_ENV, "NVCT_GPU_REQUEST=1", f"NVIDIA_CTK_CONFIG_FILE_PATH={front.config}", f"NVCT_CONFIG_DIGEST={digest}"]
+    env = [*HOOK_ENV, "NVCT_GPU_REQUEST=1", f"NVIDIA_CTK_CONFIG_FILE_PATH={front.config}",
+           f"NVCT_CONFIG_DIGEST={digest}"]
     if log_format:
         env.append(f"NVCT_LOG_FORMAT={log_format}")
     return {"path": front.hook, "args": ["nvidia-container-runtime-hook", "prestart"], "env": env}

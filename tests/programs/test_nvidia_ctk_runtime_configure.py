@@ -4,7 +4,8 @@ The program is run as installed, with the guides' flags only (plus
 ``--config`` naming the private daemon's file). The runtime path it writes
 is the reference's default: for docker ``nvidia-container-runtime`` by name,
 which dockerd finds on its PATH; for containerd ``/usr/bin/...``, the deb's
-path, so this pip install names its own with ``--nvidia-runtime-path``. Then a GPU container runs on the ``nvidia`` runtime.
+path, so this pip install names its own with ``--nvidia-runtime-path``. Then a GPU container runs
+on the ``nvidia`` runtime.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def nvidia_ctk(*args: str) -> None:
 
 
 def assert_gpu_zero(stdout: str, sim_node) -> None:
-    assert {l for l in stdout.splitlines() if l.startswith("/dev/")} == expected_nodes(sim_node, [0])
+    assert {ln for ln in stdout.splitlines() if ln.startswith("/dev/")} == expected_nodes(sim_node, [0])
     assert "ok libcuda.so.1" in stdout
     assert f"(UUID: {sim_node['gpus'][0]['uuid']})" in stdout
 

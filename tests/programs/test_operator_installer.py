@@ -132,7 +132,7 @@ def test_sigterm_right_after_the_restart_keeps_the_install_and_no_loop(container
             result = containerd.cri_run(BUSYBOX_IMAGE_QUALIFIED, ["sh", "-c", PROBE], runtime_handler="nvidia",
                                         env={"NVIDIA_VISIBLE_DEVICES": "0"})
             assert result.rc == 0, result.describe() + second.log()
-            assert {l for l in result.stdout.splitlines() if l.startswith("/dev/")} == expected_nodes(sim_node, [0])
+            assert {ln for ln in result.stdout.splitlines() if ln.startswith("/dev/")} == expected_nodes(sim_node, [0])
             assert "ok libcuda.so.1" in result.stdout
             for tool in ("nvidia-cdi-hook", "nvidia-ctk", "nvidia-container-cli", "nvidia-container-runtime",
                          "nvidia-container-runtime-hook"):

@@ -12,7 +12,7 @@ import pytest
 from nvct.base.errors import ContainerError
 from nvct.linux.fs import MS_BIND, MS_RDONLY, MS_REMOUNT, mount
 from nvct.linux.namespaces import in_private_mount_namespace
-from nvct.rootfs import files as files_mod, ldconf, sandbox
+from nvct.rootfs import files as files_mod, sandbox
 from nvct.rootfs.ldconfig import (
     CONF_PATH,
     ReadOnlyRootfsError,
@@ -366,53 +366,3 @@ def test_ldconfig_runs_where_the_cache_cannot_be_patched_exactly(driver_image, b
     listing = _cache_listing(driver_image)
     assert f"libnvctfoo.so.1 (libc6,x86-64) => {LIBDIR}/libnvctfoo.so.1" in listing
     assert 'hwcap: "x86-64-v2"' in listing  # ldconfig wrote the image's glibc-hwcaps entry afresh
-
-
-@pytest.mark.parametrize("name, pattern, expected", [
-    ("a.conf", "*.conf", True), ("a.con", "*.conf", False), ("x", "*", True), ("ab", "a?", True),
-    ("aXbYc", "a*b*c", True), ("abd", "a*c", False), ("b.conf", "[ab].conf", True),
-])
-def test_glob_match_without_re(name, pattern, expected):
-    assert ldconf._match(name, pattern) is expected
-
-
-def _conf_root(tmp_path, files: dict):
-    from nvct.rootfs.root import Rootfs
-
-    for path, text in files.items():
-        full = tmp_path / path.lstrip("/")
-        full.parent.mkdir(parents=True, exist_ok=True)
-        if text is None:
-            os.mkfifo(full)
-        else:
-            full.write_text(text)
-    return Rootfs(tmp_path)
-
-
-def test_conf_check_follows_includes_like_ldconfig(tmp_path):
-    with _conf_root(tmp_path, {"/etc/ld.so.conf": "include ld.so.conf.d/*.conf\n",
-                               "/etc/ld.so.conf.d/a.conf": "/opt/a\n# include /nowhere\n",
-                               "/etc/ld.so.conf.d/b.conf": "include /etc/extra/*.conf\n"}) as root:
-        ldconf.check_conf(root)
-
-
-#: Confs that would hang ldconfig, and the line that refuses each.
-HANGING_CONFS = [
-    ({"/etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n", "/etc/ld.so.conf.d/fifo.conf": None},
-     "not a regular file"),
-    ({"/etc/ld.so.conf": None}, "not a regular file"),
-    ({"/etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n",
-      "/etc/ld.so.conf.d/loop.conf": "include /etc/ld.so.conf\n"}, "includes itself"),
-    ({"/etc/ld.so.conf": "include\t/etc/ld.so.conf\n"}, "includes itself"),
-]
-
-
-@pytest.mark.parametrize("files, line", HANGING_CONFS)
-def test_conf_check_refuses_what_would_hang_ldconfig(tmp_path, files, line):
-    refuse_conf(tmp_path, files, line)  # and within a second: tests/perf/test_rootfs.py
-
-
-def refuse_conf(tmp_path, files: dict, line: str) -> None:
-    with _conf_root(tmp_path, files) as root:
-        with pytest.raises(ContainerError, match=line):
-            ldconf.check_conf(root)

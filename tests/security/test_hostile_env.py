@@ -236,7 +236,8 @@ def hostile_podman(request, tmp_path_factory, sim_node, kit):
 def test_podman_hooks_d_hook_never_sees_the_image_env(hostile_podman, kit):
     env = [e for case in sorted(CASES) if case != "pythonhome" for e in CASES[case]
            if not e.startswith(("LD_PRELOAD=", "LANG="))]
-    for extra in (["LD_PRELOAD=./evil.so:/proc/self/cwd/evil.so:/usr/lib/evil.so"], ["PYTHONHOME=/proc/self/cwd/pyhome"]):
+    for extra in (["LD_PRELOAD=./evil.so:/proc/self/cwd/evil.so:/usr/lib/evil.so"],
+                  ["PYTHONHOME=/proc/self/cwd/pyhome"]):
         args = ["--rm", "-e", "NVIDIA_VISIBLE_DEVICES=0"]
         for e in env + extra:
             args += ["-e", e]

@@ -53,7 +53,8 @@ def test_an_image_prctl_py_never_runs_in_the_ldconfig_step(tmp_path, sim_node):
     bundle = make_bundle(tmp_path / "bundle", rootfs,
                          ["sh", "-c", "test -c /dev/nvidia0 && dlopen-probe libcuda.so.1 >/dev/null && echo gpu-ok"],
                          [PATH_ENV, "NVIDIA_VISIBLE_DEVICES=0"])
-    result = run_container([str(toolkit / "nvidia-container-runtime")], bundle, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    result = run_container([str(toolkit / "nvidia-container-runtime")], bundle,
+                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                            log_file=str(tmp_path / "log.json"), timeout=60)
     assert not os.path.exists(os.path.join(rootfs, "prctl-ran")), "the image's prctl.py ran in the ldconfig step"
     assert result.rc == 0 and "gpu-ok" in result.stdout, result.describe()

@@ -18,7 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "nvct"
 LAYERS = (
     ("base", "errors, logging, value classes, JSON, atomic files, the parse cache"),
     ("config", "config.toml: reading, the table of keys"),
-    ("linux", "kernel interfaces: one libc binding, openat2 and mounts, namespaces, privileges, cgroups and bpf, ELF, file ownership"),
+    ("linux", "kernel interfaces: one libc binding, openat2 and mounts, namespaces, privileges, cgroups and bpf, "
+              "ELF, file ownership"),
     ("oci", "the OCI bundle and state, runc's command line, the low-level runtime, the programs' environment"),
     ("discover", "what the host's driver offers: files, ld cache, /proc, NVML"),
     ("node", "the host's side of a GPU: device nodes, /dev/char links, kernel modules"),

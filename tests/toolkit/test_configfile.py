@@ -12,7 +12,8 @@ from nvct.toolkit.configfile import DEFAULT_LDCONFIG, ldconfig, render, settings
 
 def test_settings_are_the_reference_installers_plus_nvcts_roots():
     layout = Layout.for_install_dir("/usr/local/nvidia")
-    opts = Options(driver_root="/run/nvidia/driver", proc_root="/sim/proc", opt_in_features=["disable-cuda-compat-lib-hook"])
+    opts = Options(driver_root="/run/nvidia/driver", proc_root="/sim/proc",
+                   opt_in_features=["disable-cuda-compat-lib-hook"])
     values = settings(opts.resolved(), layout, ["/usr/bin/runc", "runc", "crun"])
     assert values["nvidia-container-cli.root"] == "/run/nvidia/driver"
     assert values["nvidia-container-runtime.runtimes"] == ["/usr/bin/runc", "runc", "crun"]

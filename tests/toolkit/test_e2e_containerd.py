@@ -78,7 +78,7 @@ def test_installer_life_with_containerd(containerd, sim_node, tmp_path):
                                     env={"NVIDIA_VISIBLE_DEVICES": "0"})
         first_pod = time.monotonic() - started
         assert result.rc == 0, result.describe() + installer.log()
-        assert {l for l in result.stdout.splitlines() if l.startswith("/dev/")} == expected_nodes(sim_node, [0])
+        assert {ln for ln in result.stdout.splitlines() if ln.startswith("/dev/")} == expected_nodes(sim_node, [0])
         assert "ok libcuda.so.1" in result.stdout
         assert f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {sim_node['gpus'][0]['uuid']})" in result.stdout
 

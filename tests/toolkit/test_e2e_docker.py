@@ -68,7 +68,7 @@ def test_installer_life_with_dockerd(dockerd, sim_node, tmp_path):
                               "sh", "-c", PROBE])
         first_run = time.monotonic() - started
         assert result.rc == 0, result.describe() + installer.log()
-        assert {l for l in result.stdout.splitlines() if l.startswith("/dev/")} == expected_nodes(sim_node, [0])
+        assert {ln for ln in result.stdout.splitlines() if ln.startswith("/dev/")} == expected_nodes(sim_node, [0])
         assert "ok libcuda.so.1" in result.stdout
         assert f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {sim_node['gpus'][0]['uuid']})" in result.stdout
 
@@ -76,7 +76,7 @@ def test_installer_life_with_dockerd(dockerd, sim_node, tmp_path):
         legacy = dockerd.run(["--rm", "--runtime=nvidia-legacy", "-e", "NVIDIA_VISIBLE_DEVICES=1", BUSYBOX_IMAGE,
                               "sh", "-c", PROBE])
         assert legacy.rc == 0, legacy.describe() + installer.log()
-        assert {l for l in legacy.stdout.splitlines() if l.startswith("/dev/")} == expected_nodes(sim_node, [1])
+        assert {ln for ln in legacy.stdout.splitlines() if ln.startswith("/dev/")} == expected_nodes(sim_node, [1])
         assert "ok libcuda.so.1" in legacy.stdout
 
         # The default runtime is nvidia now: a container asking for nothing passes straight through.

@@ -61,7 +61,7 @@ def _no_systemd(tmp_path) -> str:
 def _wait_stopped(containerd, cid: str, timeout: float = 30) -> None:
     def stopped() -> bool:
         tasks = containerd.ctr(["task", "ls"]).check().stdout
-        return "STOPPED" in next((l for l in tasks.splitlines() if l.split()[:1] == [cid]), "")
+        return "STOPPED" in next((ln for ln in tasks.splitlines() if ln.split()[:1] == [cid]), "")
 
     wait_for(stopped, f"{cid} stopped", timeout, detail=lambda: containerd.ctr(["task", "ls"]).stdout)
 

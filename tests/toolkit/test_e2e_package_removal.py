@@ -42,8 +42,8 @@ def test_a_container_on_the_packaged_runtime_outlives_the_purge(deb, busybox_ima
         assert "nvct: /usr/bin/nvidia-container-runtime: a stand-in takes its place for the containers still " \
                "running on it" in purge.stdout, purge.describe()
         containerd.ctr(["task", "kill", "-s", "KILL", cid]).check()
-        wait_for(lambda: "STOPPED" in next((l for l in containerd.ctr(["task", "ls"]).check().stdout.splitlines()
-                                            if l.startswith(cid)), ""),
+        wait_for(lambda: "STOPPED" in next((ln for ln in containerd.ctr(["task", "ls"]).check().stdout.splitlines()
+                                            if ln.startswith(cid)), ""),
                  f"task {cid} stopped", detail=lambda: containerd.ctr(["task", "ls"]).stdout)
         containerd.ctr(["task", "rm", cid]).check()
         containerd.ctr(["container", "rm", cid]).check()

@@ -166,7 +166,7 @@ def test_the_engine_gets_three_runtimes_and_loses_them_byte_for_byte(tmp_path):
     inst, _ = _install(opts)
     drop_in = (tmp_path / "conf.d" / "99-nvidia.toml").read_text()
     toolkit = tmp_path / "install" / "toolkit"
-    for name, suffix in (("nvidia", ""), ("nvidia-cdi", ".cdi"), ("nvidia-legacy", ".legacy")):
+    for _name, suffix in (("nvidia", ""), ("nvidia-cdi", ".cdi"), ("nvidia-legacy", ".legacy")):
         assert f'BinaryName = "{toolkit}/nvidia-container-runtime{suffix}"' in drop_in
     assert 'container_annotations = ["cdi.k8s.io/*"]' in drop_in
     assert 'default_runtime_name = "nvidia"' in drop_in

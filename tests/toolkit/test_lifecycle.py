@@ -13,7 +13,8 @@ import pytest
 from nvct.toolkit import StopSignals
 from tests.toolkit.installer import Installer
 
-CONTAINERD_CONFIG = '# the node\'s own config\nversion = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause"\n'
+CONTAINERD_CONFIG = ('# the node\'s own config\nversion = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n'
+                     '  sandbox_image = "pause"\n')
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

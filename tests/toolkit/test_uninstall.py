@@ -70,8 +70,8 @@ def test_replaced_by_the_nvidia_toolkit_changes_nothing(node, capsys):
                                        "programs: engine configs and CDI specs are left as they are\n")
 
 
-POSTRM = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "packaging", "debian",
-                      "nvct.postrm")
+POSTRM = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                      "packaging", "debian", "nvct.postrm")
 
 
 def test_removal_leaves_stand_ins_for_the_runtime_programs_running_containers_name(tmp_path, monkeypatch, capsys):
