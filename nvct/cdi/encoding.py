@@ -15,6 +15,7 @@ hot path); PyYAML, C-accelerated where available, is imported only for YAML.
 from __future__ import annotations
 
 import os
+
 from nvct.cdi.schema import Invalid
 
 TYPE_CHECKING = False  # typing costs an import on every CDI container start

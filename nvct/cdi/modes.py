@@ -15,11 +15,11 @@ in the reference.
 
 from __future__ import annotations
 
-from nvct.request import cdinames as names
-from nvct.cdi.registry import Registry
-from nvct.edits.model import ContainerEdits
 from nvct.base.errors import ConfigError, RequestError
+from nvct.cdi.registry import Registry
 from nvct.config.keys import Settings
+from nvct.edits.model import ContainerEdits
+from nvct.request import cdinames as names
 
 DEFAULT_KIND_KEY = Settings.cdi_default_kind.name
 SPEC_DIRS_KEY = Settings.cdi_spec_dirs.name

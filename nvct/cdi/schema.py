@@ -14,10 +14,10 @@ the lowest version for a spec nvct writes, so the two cannot disagree.
 
 from __future__ import annotations
 
-from nvct.request import cdinames as names
-from nvct.cdi import version
 from nvct.base.record import Record
+from nvct.cdi import version
 from nvct.cdi.version import EARLIEST
+from nvct.request import cdinames as names
 
 TYPE_CHECKING = False  # typing costs an import on every CDI container start
 if TYPE_CHECKING:

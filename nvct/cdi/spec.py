@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import stat
 
+from nvct.base.errors import SpecError
 from nvct.cdi import encoding, schema, version
-from nvct.request import cdinames as names
 from nvct.cdi.schema import Invalid
 from nvct.edits.model import HOOK_STAGES
-from nvct.base.errors import SpecError
+from nvct.request import cdinames as names
 
 TYPE_CHECKING = False  # typing costs an import on every CDI container start
 if TYPE_CHECKING:

@@ -2,8 +2,8 @@
 
 Podman and CRI-O read ``*.json`` hook files (``"version": "1.0.0"``); the hook
 runs with exactly the ``env`` given, so PATH is set to the usual system
-directories plus the hook's own (the sealed hook environment, docs/security.md). Deprecated upstream, kept for CRI-O setups
-that still use it.
+directories plus the hook's own (the sealed hook environment, docs/security.md).
+Deprecated upstream, kept for CRI-O setups that still use it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 
-from nvct.edits.model import HOOK_PATH
 from nvct.base.errors import ConfigError
+from nvct.edits.model import HOOK_PATH
 
 DEFAULT_HOOK_BINARY = "/usr/bin/nvidia-container-runtime-hook"
 

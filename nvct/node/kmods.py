@@ -85,8 +85,8 @@ def _modprobe(program: str, module: str) -> str | None:
 
 
 def _create_nodes(proc_root: str, dev_root: str) -> list[str]:
-    from nvct.node import devices as system
     from nvct.base.errors import NvctError
+    from nvct.node import devices as system
 
     try:
         system.create_device_nodes(system.control_nodes(proc_root), dev_root)

@@ -20,8 +20,7 @@ import threading
 from typing import Callable, Iterable, Sequence
 
 from nvct.base.errors import NvctError
-from nvct.nri import messages as m
-from nvct.nri import ttrpc, wire
+from nvct.nri import messages as m, ttrpc, wire
 
 ANNOTATION_DOMAIN = "nvidia.cdi.k8s.io"
 MANAGEMENT_KIND = "management.nvidia.com/gpu"

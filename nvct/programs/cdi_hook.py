@@ -65,7 +65,7 @@ def run_hook(name: str, args: list[str]) -> int:
     args, state_file = _container_spec(args)
     if state_file:
         try:
-            sys.stdin = open(state_file, encoding="utf-8")  # noqa: SIM115 - read once, at exit closed
+            sys.stdin = open(state_file, encoding="utf-8")  # read once, closed at exit
         except OSError as e:
             sys.stderr.write(f"{PROG} {name}: --container-spec {state_file}: {e.strerror}\n")
             return 1

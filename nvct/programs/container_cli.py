@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import sys
 
-from nvct.programs.options import NO, OPTIONAL, YES, Option, UsageError, parse
 from nvct.base.errors import NvctError
+from nvct.programs.options import OPTIONAL, YES, Option, UsageError, parse
 
 PROG = "nvidia-container-cli"
 

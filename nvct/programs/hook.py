@@ -55,12 +55,12 @@ def _fail(message: str) -> None:
 
 def _prestart(config_path: str | None) -> None:
     start = time.monotonic()
-    from nvct.config import file as config_mod
     from nvct.base import log
-    from nvct.oci import runtime as lowlevel, spec as ocispec
-    from nvct.modifier import legacy as realize
-    from nvct.request import container as request_mod
+    from nvct.config import file as config_mod
     from nvct.hooks.container import read_state
+    from nvct.modifier import legacy as realize
+    from nvct.oci import runtime as lowlevel, spec as ocispec
+    from nvct.request import container as request_mod
 
     path = config_path or config_mod.default_path()
     # Legacy mode: the config the shim decided with (its kept copy), never a second read.

@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
     gc.disable()
     argv = sys.argv[1:] if argv is None else argv
     start = time.monotonic()
-    from nvct.oci import runcargs
     from nvct.base.errors import ConfigError, NvctError
+    from nvct.oci import runcargs
 
     args = runcargs.parse(argv)
     if banner and args.subcommand is None and _version_asked(argv):
@@ -176,8 +176,8 @@ def _save(bundle: str, spec, plan) -> None:
     temporary that the next write into the bundle removes.
     """
     from nvct.base import fileutil, jsoncodec
-    from nvct.oci import spec as ocispec
     from nvct.base.errors import SpecError
+    from nvct.oci import spec as ocispec
 
     path = ocispec.config_path(bundle)
     try:
