@@ -324,8 +324,8 @@ def _requirements_step(edits: ContainerEdits, driver: Driver) -> None:
     extra process, and no NVML at start (the facts are read now). Beyond the
     reference (toolkit #1470): its specs check nothing.
     """
-    chain = next((i for i, h in enumerate(edits.hooks) if as_chain(h) is not None), None)
-    if chain is None:
+    found = next(((i, c) for i, h in enumerate(edits.hooks) if (c := as_chain(h)) is not None), None)
+    if found is None:
         return
     gpus = list(driver.gpus)
     try:
@@ -337,7 +337,7 @@ def _requirements_step(edits: ContainerEdits, driver: Driver) -> None:
         facts = requirements.driver_facts(driver, [], False, False)
     step = kinds.CheckRequirements(facts.driver or "", facts.cuda or "", tuple(
         (driver.gpu_node(gpu).path, arch or "", brand or "") for gpu, (arch, brand) in zip(gpus, facts.devices)))
-    hook = as_chain(edits.hooks[chain])
+    chain, hook = found
     edits.hooks[chain] = hook.replace(steps=(step, *hook.steps))
 
 
@@ -354,8 +354,8 @@ def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
     writable = [m for m in edits.mounts if m.writable]
     if not writable:
         return edits
-    chain = next((i for i, h in enumerate(edits.hooks) if as_chain(h) is not None), None)
-    if chain is None:  # every hook disabled: a spec mount would be mounted before the others
+    found = next(((i, c) for i, h in enumerate(edits.hooks) if (c := as_chain(h)) is not None), None)
+    if found is None:  # every hook disabled: a spec mount would be mounted before the others
         from nvct.base.log import logger
 
         for m in writable:
@@ -363,7 +363,7 @@ def _writable_mounts_by_hook(edits: ContainerEdits) -> ContainerEdits:
                            "disabled", m.container_path)
         edits.mounts = [m for m in edits.mounts if not m.writable]
         return edits
-    hook = as_chain(edits.hooks[chain])
+    chain, hook = found
     mounts = tuple(kinds.BindMount(m.host_path, m.container_path, m.options) for m in writable)
     edits.hooks[chain] = hook.replace(steps=(*hook.steps, *mounts))
     edits.mounts = [m for m in edits.mounts if not m.writable]

@@ -10,7 +10,7 @@ TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.edits.model import ContainerEdits, DeviceNode, Hook, Mount
+    from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Hook, Mount
 
 
 def apply_edits(spec: dict[str, Any], edits: ContainerEdits) -> None:
@@ -45,7 +45,7 @@ def apply_edits(spec: dict[str, Any], edits: ContainerEdits) -> None:
         spec.setdefault("linux", {})["intelRdt"] = edits.intel_rdt.to_cdi()
 
 
-def add_hook(spec: dict[str, Any], hook: Hook, *, first: bool = False) -> None:
+def add_hook(spec: dict[str, Any], hook: Hook | Chain, *, first: bool = False) -> None:
     entry = hook_entry(hook)
     hooks = spec["hooks"] = spec.get("hooks") or {}  # null is JSON's "none" too
     stage = hooks[hook.hook_name] = hooks.get(hook.hook_name) or []
@@ -55,7 +55,7 @@ def add_hook(spec: dict[str, Any], hook: Hook, *, first: bool = False) -> None:
         stage.append(entry)
 
 
-def hook_entry(hook: Hook) -> dict[str, Any]:
+def hook_entry(hook: Hook | Chain) -> dict[str, Any]:
     """``hook`` as an entry of the spec's ``hooks.<stage>`` list."""
     entry = hook.to_cdi()  # CDI's hook is OCI's plus the stage name
     del entry["hookName"]

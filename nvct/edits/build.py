@@ -13,14 +13,17 @@ from __future__ import annotations
 import os
 import sys
 
-from nvct.edits.devices import Selection, select
-from nvct.discover.driver import VDPAU_DIRS, Driver, Gpu, Library, MigDevice, Node, library_sets
-from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Hook, Mount
-from nvct.edits import steps as chain
-from nvct.edits.steps import chain_prefix, chain_steps
 from nvct.base.errors import NvctError, RequestError
 from nvct.base.log import logger
 from nvct.config.keys import Settings
+from nvct.discover.driver import VDPAU_DIRS, Driver, Gpu, Library, MigDevice, Node, library_sets
+from nvct.edits import steps as chain
+from nvct.edits.devices import Selection, select
+from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Hook, Mount
+from nvct.edits.steps import (
+    chain_prefix,
+    chain_steps as chain_steps,  # the argv test, for callers of this module
+)
 from nvct.oci.runtime import which
 from nvct.request.container import Request
 
@@ -230,7 +233,7 @@ def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None 
                        xorg: Sequence[str] = ()) -> list[chain.Step]:
     """The hook chain, one process: create-symlinks, enable-cuda-compat, update-ldcache,
     disable-device-node-modification (``sets``: the library sets, :func:`nvct.discover.driver.library_sets`)."""
-    links = []
+    links: list[tuple[str, str]] = []
     folders: list[str] = []
     entries: list[str] = []  # what ldconfig enters from the folders: SONAMEs and .so links
     for lib in libraries:

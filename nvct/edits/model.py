@@ -168,7 +168,9 @@ class Chain(Record):
     def replace(self, **changes):
         """A copy with ``changes``; new ``args`` are parsed (a plain :class:`Hook` when they are no chain)."""
         args = changes.pop("args", None)
-        new = super().replace(**changes)
+        values = {f: getattr(self, f) for f in self.__slots__}
+        values.update(changes)
+        new = Chain(**values)
         if args is None:
             return new
         return as_chain(Hook(new.hook_name, new.path, tuple(args), new.env, new.timeout, new.reason)) or \
@@ -259,7 +261,7 @@ class ContainerEdits:
     __slots__ = ("env", "device_nodes", "mounts", "hooks", "additional_gids", "net_devices", "intel_rdt")
 
     def __init__(self, env: list[str] | None = None, device_nodes: list[DeviceNode] | None = None,
-                 mounts: list[Mount] | None = None, hooks: list[Hook] | None = None,
+                 mounts: list[Mount] | None = None, hooks: list[Hook | Chain] | None = None,
                  additional_gids: list[int] | None = None, net_devices: list[NetDevice] | None = None,
                  intel_rdt: IntelRdt | None = None):
         self.env = list(env or ())

@@ -54,7 +54,8 @@ class EnableCudaCompat(Step):
     gpu_brands: tuple[str, ...]
 
     def to_args(self) -> list[str]:
-        out = _flag("host-driver-version", self.host_driver_version) + _flag("host-cuda-version", self.host_cuda_version)
+        out = _flag("host-driver-version", self.host_driver_version)
+        out += _flag("host-cuda-version", self.host_cuda_version)
         out += _flag("cuda-compat-container-root", self.compat_root)
         return out + [a for b in self.gpu_brands for a in ("--gpu-brand", b)]
 
@@ -72,7 +73,8 @@ class UpdateLdcache(Step):
 
     def to_args(self) -> list[str]:
         return ([a for f in self.folders for a in ("--folder", f)]
-                + [a for lib in self.libraries for a in ("--library", lib)] + _flag("ldconfig-path", self.ldconfig_path))
+                + [a for lib in self.libraries for a in ("--library", lib)]
+                + _flag("ldconfig-path", self.ldconfig_path))
 
 
 class CreateSonameSymlinks(Step):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from nvct.oci import spec as ocispec
 from nvct.base.errors import SpecError
+from nvct.oci import spec as ocispec
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
@@ -57,8 +57,9 @@ def drain(stream: IO[str]) -> None:
     import stat
 
     try:
-        if stat.S_ISFIFO(os.fstat(stream.fileno()).st_mode):
-            while stream.buffer.read(1 << 16):
+        fd = stream.fileno()
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            while os.read(fd, 1 << 16):
                 pass
     except (OSError, ValueError):
         pass
@@ -146,13 +147,13 @@ def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
     """
     try:
         ours = os.stat("/proc/self/ns/mnt").st_ino
-        pid = "self"
+        pid = _parent("self")
         for _ in range(3):  # hook <- runc init or crun's child <- runc or crun
-            pid = _parent(pid)
             if pid <= 0:
                 return None
             if os.stat(f"/proc/{pid}/ns/mnt").st_ino != ours:
                 break
+            pid = _parent(pid)
         else:
             return None
         there = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -182,7 +183,7 @@ def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
             os.close(fd)
 
 
-def _parent(pid) -> int:
+def _parent(pid: int | str) -> int:
     with open(f"/proc/{pid}/status", "rb") as f:
         for line in f:
             if line.startswith(b"PPid:"):

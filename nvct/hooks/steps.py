@@ -119,8 +119,9 @@ def compat_choice(root, step: kinds.EnableCudaCompat) -> tuple[str | None, str]:
         if version <= host_version:
             return None, f"{path} ({shown}) is not newer than the host driver {host}"
         why = f"{path} ({shown}) supports the host's branch {host_version[0]} and is newer than {host}"
-    elif host_cuda and isinstance(cuda, str) and _version(cuda) is not None and _version(host_cuda) is not None:
-        if _version(cuda) <= _version(host_cuda):
+    elif host_cuda and isinstance(cuda, str) and (theirs := _version(cuda)) is not None and \
+            (ours := _version(host_cuda)) is not None:
+        if theirs <= ours:
             return None, f"{path}: its CUDA {cuda} is not newer than the host's CUDA {host_cuda}"
         why = f"{path}: its CUDA {cuda} is newer than the host's CUDA {host_cuda}"
     else:
@@ -173,8 +174,7 @@ def update_ldcache(step: kinds.UpdateLdcache, ctx: HookContext) -> None:
             raise ContainerError(f"container root {ctx.rootfs}: its ld cache changed while the "
                                  "container was being created")
         return
-    path = step.ldconfig_path
-    ldconfig.update_ldcache(ctx.root, folders, libraries=libraries, **({"ldconfig": path} if path else {}))
+    ldconfig.update_ldcache(ctx.root, folders, libraries=libraries, ldconfig=step.ldconfig_path or ldconfig.DEFAULT)
     musl_path(ctx.root, folders)
 
 
@@ -218,8 +218,7 @@ def create_soname_symlinks(step: kinds.CreateSonameSymlinks, ctx: HookContext) -
     """
     from nvct.rootfs import ldconfig
 
-    path = step.ldconfig_path
-    ldconfig.create_soname_links(ctx.root, list(step.folders), **({"ldconfig": path} if path else {}))
+    ldconfig.create_soname_links(ctx.root, list(step.folders), ldconfig=step.ldconfig_path or ldconfig.DEFAULT)
 
 
 #: The driver's params, masked in every GPU container.
@@ -245,8 +244,8 @@ def disable_device_node_modification(step: kinds.MaskParams, ctx: HookContext) -
 def kernel_proc_path(root, path: str) -> bool:
     """Whether ``path`` (under /proc) is there and is the kernel's: where a mask may go.
 
-    The one rule for every mask nvct mounts under /proc (nvct.modifier.prepare.MASK_SCRIPT
-    is this rule in sh): every component from the root down is opened without
+    The one rule for every mask nvct mounts under /proc (the chain's step, which the shim
+    leaves to the hook, and legacy's view of /proc/driver/nvidia): every component from the root down is opened without
     following a link, and the last is on procfs, or is the very file this process
     sees at ``path`` (a simulated node's /proc/driver, a plain directory). False
     when it is not there; ContainerError for anything else (a link, a volume):
@@ -379,8 +378,8 @@ def apply_cuda_memory_limits(step: kinds.ApplyCudaMemoryLimits, ctx: HookContext
     (``nvmlDeviceSetMemoryLimits_v1``). The cgroup is the one the kernel lists
     for the container's process, so cgroupfs paths work as well as systemd's.
     """
-    from nvct.linux import cgroups
     from nvct.base.errors import ContainerError
+    from nvct.linux import cgroups
 
     env = _spec_env(ctx.spec)
     request = next((env[n] for n in _MEMORY_REQUEST if n in env), None)
@@ -409,8 +408,8 @@ def apply_cuda_memory_limits(step: kinds.ApplyCudaMemoryLimits, ctx: HookContext
 
 
 def _set_memory_limits(driver_root: str, gpus: list[str], cgroup: str, soft: int, hard: int) -> None:
-    from nvct.discover import nvml
     from nvct.base.errors import DriverError
+    from nvct.discover import nvml
 
     library = nvml.find_library(driver_root, None, os.uname().machine)
     if library is None:

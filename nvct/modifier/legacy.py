@@ -72,7 +72,8 @@ def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bu
     from nvct.hooks import steps
     from nvct.rootfs.root import Rootfs
 
-    with Rootfs(rootfs, owners=ocispec.root_owners(spec or {}), same_as=identity) as root:  # once, for every write
+    root = Rootfs(rootfs, owners=ocispec.root_owners(spec or {}), same_as=identity)
+    with root:  # once, for every write
         for node in edits.device_nodes if devbind else ():
             root.mknod(node.path, node.type, node.major, node.minor,
                        node.file_mode if node.file_mode is not None else 0o666, node.uid, node.gid)

@@ -24,6 +24,8 @@ TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
     from typing import Any
 
+    from nvct.edits.model import Chain
+
 HOOK_NAME = "nvidia-container-runtime-hook"
 #: Set in the legacy hook's env: the log format the runtime was asked for.
 LOG_FORMAT_ENV = "NVCT_LOG_FORMAT"
@@ -179,7 +181,7 @@ def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, c
     return plan
 
 
-def _with_container_root(hook: Hook, rootfs: str):
+def _with_container_root(hook: Hook | Chain, rootfs: str) -> Hook | Chain:
     """nvct's chain told the root, so the hook needs neither its stdin nor config.json."""
     from nvct.edits.model import as_chain
 
@@ -213,7 +215,9 @@ def _root_identity(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, pla
         except ContainerError:
             return  # missing, ...: the runtime says so
     for i in chains:
-        edits.hooks[i] = as_chain(edits.hooks[i]).replace(identity=identity)
+        chain = as_chain(edits.hooks[i])
+        if chain is not None:
+            edits.hooks[i] = chain.replace(identity=identity)
 
 
 #: Low-level runtimes that make ``root.readonly`` read-only before the createContainer hooks.

@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 import posixpath
 
+from nvct.base.errors import ContainerError
 from nvct.edits import steps as kinds
 from nvct.edits.model import ContainerEdits, Mount, as_chain
-from nvct.base.errors import ContainerError
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class Plan:
         """The chain keeps its params mask alone (or goes); ``bind-mount`` steps become mounts, last."""
         chain = as_chain(edits.hooks.pop(self.index))
         masks = tuple(s for s in self.steps if isinstance(s, kinds.MaskParams))
-        if self.mask and masks:
+        if self.mask and masks and chain is not None:
             edits.hooks.insert(self.index, chain.replace(
                 steps=masks[:1], root=self.rootfs,
                 reason="the driver's params masked (ModifyDeviceFiles: 0); links and ld cache written by the shim"))
@@ -87,10 +87,11 @@ def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, 
     from nvct.oci import spec as ocispec
     from nvct.rootfs.root import Rootfs, UnsafeRootError
 
-    chains = [i for i, h in enumerate(edits.hooks) if h.hook_name == "createContainer" and as_chain(h) is not None]
+    chains = [(i, c) for i, h in enumerate(edits.hooks)
+              if h.hook_name == "createContainer" and (c := as_chain(h)) is not None]
     if len(chains) != 1:
         return None
-    steps = _steps(as_chain(edits.hooks[chains[0]]).steps)
+    steps = _steps(chains[0][1].steps)
     if steps is None:
         return None
     try:
@@ -106,7 +107,7 @@ def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, 
     if checked is None:
         root.close()
         return None
-    return Plan(chains[0], root, os.path.abspath(bundle), steps, *checked, _to_mask(proc_root))
+    return Plan(chains[0][0], root, os.path.abspath(bundle), steps, *checked, _to_mask(proc_root))
 
 
 def _steps(steps) -> list[kinds.Step] | None:
@@ -124,8 +125,8 @@ def _steps(steps) -> list[kinds.Step] | None:
 def _checked(spec: dict[str, Any], edits: ContainerEdits, root: Rootfs,
              steps: list[kinds.Step]) -> tuple[dict[str, str], tuple[bytes, bytes] | None] | None:
     """The host file of every ``--library`` and the patched cache, when nothing stands in the way."""
-    from nvct.rootfs import ldconfig
     from nvct.hooks.steps import compat_choice, musl_arch
+    from nvct.rootfs import ldconfig
 
     links: dict[str, str] = {}
     written: list[str] = []
