@@ -14,6 +14,7 @@ draws random examples.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import threading
@@ -41,6 +42,9 @@ _QUERIES = frozenset({"--version", "version", "--help", "help", "features", "spe
 #: The support modules whose every process is part of running a container or an engine.
 _CONTAINER_SUPPORT = tuple(os.path.join(os.path.dirname(__file__), "support", name + ".py")
                            for name in ("runtimes", "docker", "containerd", "podman", "noderoot", "cri"))
+
+#: A skip's reason that says the test needs root ("needs root or user namespaces" does not).
+_ROOT_REASON = re.compile(r"needs root\b(?! or)").match
 
 _running: pytest.Item | None = None
 _UNMARKED = pytest.StashKey[list]()
@@ -96,7 +100,7 @@ def _private_nvct_state(tmp_path_factory):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Mark by fixture before ``-m`` selects; a skip for non-root marks ``root``, and so does a test
-    or fixture that asks for root (``need_root()``, ``os.geteuid()``, in it or a helper of the tests')."""
+    or fixture that asks for root (``need_root()``, a "needs root" skip, in it or a helper of the tests')."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if names & CONTAINER_FIXTURES:
@@ -120,11 +124,12 @@ def _asks_for_root(function, depth: int = 3, _cache: dict = {}) -> bool:  # noqa
         return False
     if code not in _cache:
         _cache[code] = False  # a cycle of helpers asks nothing more
-        names = set(code.co_names)
+        names, consts = set(code.co_names), list(code.co_consts)
         for const in code.co_consts:  # nested functions and lambdas
             names |= set(getattr(const, "co_names", ()))
+            consts += getattr(const, "co_consts", ())
         called = [function.__globals__.get(name) for name in names]
-        _cache[code] = bool({"need_root", "geteuid"} & names) or any(
+        _cache[code] = "need_root" in names or any(isinstance(c, str) and _ROOT_REASON(c) for c in consts) or any(
             _asks_for_root(f, depth - 1) for f in called
             if callable(f) and getattr(f, "__module__", "").startswith("tests"))
     return _cache[code]
