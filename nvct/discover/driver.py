@@ -232,7 +232,7 @@ class Driver(_DeviceNodes):
     def _tls_abi_ok(self, lib: Library) -> bool:
         """libnvidia-tls only with the new TLS ABI (an ELF note "Linux 2.3.99"), as libnvidia-container.
 
-        Read straight from the program headers: no pyelftools import on this path.
+        Read straight from the program headers (nvct.linux.elf), as on every other path.
         """
         from nvct.linux import elf
 

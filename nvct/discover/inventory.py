@@ -67,7 +67,7 @@ def device_nodes(driver: Driver) -> list[dict[str, Any]]:
 
 
 def _elf_facts(path: str) -> dict[str, Any]:
-    """What the file itself says (pyelftools): the ld cache's key and flags must agree with it."""
+    """What the file itself says (nvct.linux.elf): the ld cache's key and flags must agree with it."""
     from nvct.linux import elf
     from nvct.base.errors import NvctError
 
