@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
                 ctx = container.HookContext(rootfs=rootfs, same_as=identity)
             else:
                 ctx = container.from_state(sys.stdin)
+                ctx.same_as = identity or ctx.same_as
             steps.run(kinds.parse(rest), ctx)
         else:
             steps.run(kinds.parse(argv), container.from_state(sys.stdin))
