@@ -36,7 +36,6 @@ _LIBRARY_CAPABILITY = {name: cap for cap, names in LIBRARIES.items() for name in
 _ARCH_WITNESSES = ("libcuda.so.1", "libnvidia-ml.so.1")
 #: ``uname -m`` -> the ld cache's name for that architecture.
 _UNAME_ARCH = {"ppc64le": "ppc64", "arm64": "aarch64"}
-_COMPAT32_ARCHES = COMPAT32_ARCHES  # nvct.doctor.libraries' import, until it names nvct.discover.catalog
 
 _TLS = "libnvidia-tls.so"
 _TLS_ABI = (2, 3, 99)
