@@ -19,7 +19,7 @@ from tests.security.test_isolated_start import assert_hooks_start_isolated
 from tests.support.bundle import make_bundle, read_config
 from tests.support.fixtures import busybox_image_tar  # noqa: F401
 from tests.support.image import ImageSpec, build_image_tar
-from tests.support.legacy_front import age
+from tests.support.legacy_front import age, with_no_cgroups
 from tests.support.podman import PODMAN, Podman
 from tests.support.proc import SYSTEM_PATH, run
 from tests.support.rootfs import BUSYBOX, base_rootfs, make_rootfs
@@ -326,12 +326,16 @@ def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path)
         _check_gpu_container(*_gpu_container(tmp_path, "jit-cdi", node_config), "nvct")
         _check_gpu_container(*_gpu_container(tmp_path, "legacy", str(legacy_config)),
                              "nvidia-container-runtime-hook")
-        # Once the shim recorded an old enough config, the deb's sh front appends the hook itself:
-        # it writes config.json 0600, where Python keeps the engine's mode.
-        age(str(legacy_config))
+        # Once the shim recorded an old enough config without device rules to write (no-cgroups), the
+        # deb's sh front appends the hook itself: it writes config.json 0600, where Python keeps the
+        # engine's mode.
+        front_config = tmp_path / "legacy-front.toml"
+        front_config.write_text(with_no_cgroups(Path(node_config).read_text())
+                                + '\n[nvidia-container-runtime]\nmode = "legacy"\n')
+        age(str(front_config))
         run(["/usr/bin/nvidia-container-runtime", "state", "nvct-prime"],
-            env={"PATH": SYSTEM_PATH, "NVIDIA_CTK_CONFIG_FILE_PATH": str(legacy_config)})
-        _check_gpu_container(*_gpu_container(tmp_path, "legacy-front", str(legacy_config)),
+            env={"PATH": SYSTEM_PATH, "NVIDIA_CTK_CONFIG_FILE_PATH": str(front_config)})
+        _check_gpu_container(*_gpu_container(tmp_path, "legacy-front", str(front_config)),
                              "nvidia-container-runtime-hook")
         assert os.stat(tmp_path / "legacy-front" / "config.json").st_mode & 0o777 == 0o600
         # the reference's per-mode program: legacy by its name, whatever the config's mode
