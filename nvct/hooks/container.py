@@ -167,7 +167,10 @@ def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
     home, cwd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), os.open(".", os.O_PATH | os.O_CLOEXEC)
     try:
         os.fchdir(there)
-        os.chroot(".")
+        try:
+            os.chroot(".")
+        except OSError:
+            return None  # no CAP_SYS_CHROOT here: the name, as before
         try:
             return root_identity(rootfs, owners)
         except UnsafeRootError:
@@ -177,8 +180,8 @@ def runtime_identity(rootfs: str, owners) -> tuple[int, int] | None:
         finally:
             os.fchdir(home)
             os.chroot(".")
-            os.fchdir(cwd)
     finally:
+        os.fchdir(cwd)
         for fd in (there, home, cwd):
             os.close(fd)
 
