@@ -126,8 +126,11 @@ class Case:
             os.unlink(os.path.join(self.rootfs, "etc/ld.so.conf.d/00-nvct-driver.conf"))
 
 
-def lifecycles_ms(cases: dict[str, Case], runs: int) -> dict[str, float]:
-    """Median create -> start -> delete per case, the cases interleaved run by run.
+def lifecycles_ms(cases: dict[str, Case], runs: int, cpu: dict[str, float] | None = None) -> dict[str, float]:
+    """Median create -> start -> delete per case, the cases interleaved run by run; with ``cpu``,
+    also the median CPU time of all its processes (ours reaped as children or, being the subreaper,
+    as orphans) there: on a loaded machine wall time grows with the CPU a start needs, and this
+    shows that need directly.
 
     Interleaving matters on a shared machine: runc's own create time drifts by
     tens of ms over a minute, and a drift between phases would read as overhead.
@@ -136,22 +139,29 @@ def lifecycles_ms(cases: dict[str, Case], runs: int) -> dict[str, float]:
     cleanup) as its own.
     """
     import random
+    import resource
 
     from tests.support.runtimes import create_start_delete
 
     times: dict[str, list[float]] = {name: [] for name in cases}
+    cpus: dict[str, list[float]] = {name: [] for name in cases}
     order, rng = list(cases), random.Random(28)
     for _ in range(runs):
         rng.shuffle(order)
         for name in order:
             case = cases[name]
             case.reset()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             result = create_start_delete(case.argv, case.bundle, env=case.env)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if result.rc != 0:
                 raise SystemExit(f"{name}: container failed: {result.describe()}")
             times[name].append(result.timings["total"] * 1000)
+            cpus[name].append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
     for case in cases.values():
         case.reset()
+    if cpu is not None:
+        cpu.update({name: statistics.median(values) for name, values in cpus.items()})
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -445,13 +455,16 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
                       if name != "runc_plain"})
     if reference:
         cases.update(_reference_cases(nodes["8gpu"], work, reference, env))
-    medians = lifecycles_ms(cases, runs)
+    cpu: dict[str, float] = {}
+    medians = lifecycles_ms(cases, runs, cpu)
     plain_ms = medians["runc_plain"]
     for name, ms in medians.items():
         figures[f"{name}_lifecycle_ms"] = ms
+        figures[f"{name}_cpu_ms"] = cpu[name]
         if name != "runc_plain":
             figures[f"{name}_added_ms"] = ms - plain_ms
             figures[f"{name}_ratio"] = ms / plain_ms
+            figures[f"{name}_cpu_ratio"] = cpu[name] / cpu["runc_plain"]
 
 
 def _other_case(case: Case, bindir: str, work: str) -> Case:
