@@ -138,7 +138,9 @@ def format_rule(rule: DeviceRule) -> str:
         raise ValueError(f"device rule {rule!r}: access must be letters of 'rwm'")
     if kind == "a":
         return "a"
-    num = (lambda n: "*" if n is None else str(n))
+    def num(n: int | None) -> str:
+        return "*" if n is None else str(n)
+
     return f"{kind} {num(major)}:{num(minor)} {access}"
 
 

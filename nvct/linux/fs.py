@@ -14,8 +14,6 @@ import stat
 
 from nvct.linux.libc import libc, oserror
 
-libc = ctypes.CDLL(None, use_errno=True)
-
 # openat2(2): same number on every architecture that has it (added in 5.6).
 _SYS_OPENAT2 = 437
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -92,7 +90,9 @@ def openat2_available() -> bool:
 def mount(source: str | None, target: str, fstype: str | None, flags: int,
           data: str | None = None) -> None:
     """mount(2); raises OSError naming ``target``."""
-    enc = (lambda s: None if s is None else os.fsencode(s))
+    def enc(s: str | None) -> bytes | None:
+        return None if s is None else os.fsencode(s)
+
     if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)):
         raise oserror(target)
 
