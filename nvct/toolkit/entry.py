@@ -25,9 +25,9 @@ DEPENDENCIES = {
     "_prctl": False,
 }
 #: What container starts import: a Python too old for their syntax fails here, not in a container start.
-NVCT_MODULES = ("nvct.programs.shim", "nvct.programs.hook", "nvct.hooks", "nvct.cli", "nvct.modifier.modes", "nvct.edits.build",
-                "nvct.modifier.legacy", "nvct.rootfs.ldconfig", "nvct.cdi.modes", "nvct.programs.cdi_hook", "nvct.programs.ctk",
-                "nvct.programs.container_cli")
+NVCT_MODULES = ("nvct.programs.shim", "nvct.programs.hook", "nvct.hooks", "nvct.cli", "nvct.modifier.modes",
+                "nvct.edits.build", "nvct.modifier.legacy", "nvct.rootfs.ldconfig", "nvct.cdi.modes",
+                "nvct.programs.cdi_hook", "nvct.programs.ctk", "nvct.programs.container_cli")
 MINIMUM_PYTHON = (3, 9)
 
 
