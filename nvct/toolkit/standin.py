@@ -25,6 +25,7 @@ import os
 import shlex
 import shutil
 import stat
+from typing import Any
 
 from nvct.base.errors import NvctError
 from nvct.base.fileutil import remove_path
@@ -219,7 +220,8 @@ def config_runtimes(config: str, default: tuple = ("runc", "crun")) -> list[str]
     """``nvidia-container-runtime.runtimes`` of the config at ``config`` (``default`` when unreadable)."""
     try:
         with open(config, "rb") as f:
-            found = parse_toml(f.read(), config).get("nvidia-container-runtime", {}).get("runtimes")
+            table: Any = parse_toml(f.read(), config).get("nvidia-container-runtime", {})
+        found = table.get("runtimes")  # AttributeError: not a table
     except (OSError, NvctError, AttributeError):
         found = None
     if isinstance(found, list) and found and all(isinstance(r, str) for r in found):
