@@ -12,7 +12,8 @@ leave device rules alone, so there the hook's grant survived before as well: tho
 GPU still opens and the rules are in the spec. cgroup v1 is this machine's; cgroup v2 is the bed
 of tests/e2e/test_cgroup_v2.py (cgroup2 on /sys/fs/cgroup in a private mount namespace per runtime
 call), where crun cannot run here. The systemd driver runs under a real systemd (PID 1 of a
-container, tests/e2e/test_refresh_units.py).
+container, tests/e2e/test_refresh_units.py), on v1 and in the v2 bed, where systemd compiles the
+device programs (old code: every GPU node denied after the reload, on both).
 """
 
 from __future__ import annotations
@@ -104,17 +105,40 @@ def test_legacy_gpus_survive_a_runtime_update(tmp_path, sim_node, rootfs, runtim
         shutil.rmtree(state, ignore_errors=True)
 
 
-@pytest.fixture
-def systemd_box(tmp_path, tmp_path_factory):
-    """systemd as PID 1 of a runc container (tests/e2e/test_refresh_units.py), whose own devices cgroup
-    allows everything, so that the runc it runs may give a container the GPU; the test's files (node,
-    rootfs, bundle) and the checkout at their own paths inside."""
+class _V2Box(SystemdContainer):
+    """The box in the cgroup v2 bed: it starts, and every runc call on it runs, with cgroup2 on
+    /sys/fs/cgroup (systemd inside then runs the unified hierarchy and compiles device programs)."""
+
+    def exec(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([*V2_RUNC[:-1], OUTER_RUNC, "--root", self.state, "exec", self.cid, *argv],
+                              capture_output=True, text=True, timeout=60, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{argv}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def close(self) -> None:
+        subprocess.run([*V2_RUNC[:-1], OUTER_RUNC, "--root", self.state, "delete", "--force", self.cid],
+                       capture_output=True, timeout=60, check=False)
+        super().close()
+
+
+@pytest.fixture(params=["v1", "v2"])
+def systemd_box(request, tmp_path, tmp_path_factory):
+    """systemd as PID 1 of a runc container (tests/e2e/test_refresh_units.py), on cgroup v1 or in the
+    v2 bed, whose own devices cgroup allows everything, so that the runc it runs may give a container
+    the GPU; the test's files (node, rootfs, bundle) and the checkout at their own paths inside."""
     need_root("runs systemd in a container")
     need_binaries(OUTER_RUNC, SYSTEMD, "/usr/bin/unshare")
     binds = [str(tmp_path_factory.getbasetemp()), str(REPO)]
     binds += [p for p in {os.path.realpath(os.path.dirname(os.path.dirname(VENV_PYTHON)))}
               if not p.startswith(str(REPO) + "/")]
-    box = SystemdContainer(str(tmp_path / "sd"), binds, prepare=":")
+    if request.param == "v2":
+        reason = _v2_ok()
+        if reason:
+            pytest.skip(reason)
+        box = _V2Box(str(tmp_path / "sd"), binds, prepare="mount -t cgroup2 cgroup2 /sys/fs/cgroup")
+    else:
+        box = SystemdContainer(str(tmp_path / "sd"), binds, prepare=":")
     with edit_config(box.bundle) as spec:
         spec["linux"]["resources"]["devices"] = [{"allow": True, "access": "rwm"}]
         # The kernel's registry of char devices, where runc's systemd driver looks a rule's
@@ -126,6 +150,7 @@ def systemd_box(tmp_path, tmp_path_factory):
         box.start()
         assert wait_until(lambda: box.exec("systemctl", "is-system-running", check=False).stdout.strip()
                           in ("running", "degraded"), 60), box.exec("systemctl", "list-jobs", check=False).stdout
+        box.cgroup = request.param
         yield box
     finally:
         box.close()
@@ -166,10 +191,12 @@ def test_legacy_gpus_survive_daemon_reload_with_the_systemd_driver(tmp_path, sim
             return dict(reversed(line.split(" ")[:2]) for line in out.splitlines())
 
         assert access() == expected
+        if box.cgroup == "v2":  # runc really ran in unified mode, under systemd's device program
+            assert box.exec(*low, "exec", cid, "grep", "-c", "^0::/", "/proc/self/cgroup").stdout.strip() == "1"
         box.exec("systemctl", "daemon-reload")
         unit = box.exec("systemctl", "show", f"nvct-{cid}.scope", "-p", "DeviceAllow").stdout
         assert access() == expected, ("after daemon-reload", unit)
-        box.exec(*low, "update", "--memory", "268435456", cid)
+        box.exec(*low, "update", *_update(tmp_path, box.cgroup), cid)
         assert access() == expected, "after runc update"
     finally:
         box.exec(*low, "delete", "--force", cid, check=False)
