@@ -8,6 +8,11 @@ import stat
 from nvct.base.errors import DriverError
 from nvct.discover.catalog import CTL_MINOR, MODESET_MINOR, NVIDIA_MAJOR
 from nvct.discover.records import Gpu, Node
+from nvct.discover.rootpath import join_root
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _expand(pattern: str) -> list[str]:
@@ -21,6 +26,14 @@ def _expand(pattern: str) -> list[str]:
 
 class _DeviceNodes:
     """Node lookups of :class:`nvct.discover.driver.Driver` (its ``dev_root``, ``majors``)."""
+
+    dev_root: str
+    proc_root: str
+    majors: Any  # Driver's: /proc/devices, read on first use
+
+    def dev_host_path(self, path: str) -> str:
+        """A device-root path as seen from the host."""
+        return join_root(self.dev_root, path)
 
     def gpu_node(self, gpu: Gpu) -> Node:
         return self._node(gpu.device_path, NVIDIA_MAJOR, gpu.minor)
@@ -51,7 +64,7 @@ class _DeviceNodes:
 
     def glob_nodes(self, *patterns: str) -> list[Node]:
         """Existing character devices matching ``patterns`` under the device root (gated features)."""
-        out = []
+        out: list[Node] = []
         for pattern in patterns:
             for host in _expand(self.dev_host_path(pattern)):
                 try:
@@ -66,7 +79,7 @@ class _DeviceNodes:
 
     def drm_nodes(self, gpu: Gpu) -> list[Node]:
         """The DRM card and render nodes of one GPU, through udev's by-path links."""
-        out = []
+        out: list[Node] = []
         for suffix in ("card", "render"):
             link = self.dev_host_path(f"/dev/dri/by-path/pci-{gpu.bus_id}-{suffix}")
             if not os.path.islink(link):

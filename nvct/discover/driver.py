@@ -18,10 +18,29 @@ import os
 from nvct.base.errors import DriverError, NvctError
 from nvct.base.log import logger
 from nvct.discover import procfs
-from nvct.discover.catalog import (BIN_DIRS, BINARIES, COMPAT32, COMPAT32_ARCHES, CONFIG_DIRS, CONFIG_FILES, CTL_MINOR,
-                                   EXTRA_LIBRARIES, IPC, LIBRARIES, LIBRARY_SETS, MODESET_MINOR, MULTIARCH,
-                                   NVIDIA_MAJOR, OWN_VERSION_LIBRARIES, VDPAU_DIRS, XORG_FILES, XORG_ROOTS,
-                                   XORG_SUBDIRS, library_sets, vdpau_dirs)
+from nvct.discover.catalog import (
+    BIN_DIRS,
+    BINARIES,
+    COMPAT32,
+    COMPAT32_ARCHES,
+    CONFIG_DIRS,
+    CONFIG_FILES,
+    CTL_MINOR,
+    EXTRA_LIBRARIES,
+    IPC,
+    LIBRARIES,
+    LIBRARY_SETS,
+    MODESET_MINOR,
+    MULTIARCH,
+    NVIDIA_MAJOR,
+    OWN_VERSION_LIBRARIES,
+    VDPAU_DIRS,
+    XORG_FILES,
+    XORG_ROOTS,
+    XORG_SUBDIRS,
+    library_sets,
+    vdpau_dirs,
+)
 from nvct.discover.devnodes import _DeviceNodes
 from nvct.discover.records import Gpu, Library, MigDevice, Node
 from nvct.discover.rootpath import join_root as _join, resolve_in_root
@@ -79,9 +98,6 @@ class Driver(_DeviceNodes):
     def host_path(self, path: str) -> str:
         """A driver-root path as seen from the host."""
         return _join(self.driver_root, path)
-
-    def dev_host_path(self, path: str) -> str:
-        return _join(self.dev_root, path)
 
     # --- the kernel module ---
     @_cached

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 
+from nvct.base.errors import DriverError, NvctError
 from nvct.discover.driver import BINARIES, Driver, Node
-from nvct.base.errors import DriverError
+from nvct.linux import elf
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
@@ -68,9 +69,6 @@ def device_nodes(driver: Driver) -> list[dict[str, Any]]:
 
 def _elf_facts(path: str) -> dict[str, Any]:
     """What the file itself says (nvct.linux.elf): the ld cache's key and flags must agree with it."""
-    from nvct.linux import elf
-    from nvct.base.errors import NvctError
-
     try:
         info = elf.read(path)
     except NvctError as e:

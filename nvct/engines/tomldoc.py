@@ -34,7 +34,7 @@ class TomlDocument(Document):
             text += "\n"
         try:
             self._doc = tomlkit.parse(text)
-        except Exception as e:  # tomlkit raises many types; all mean "bad input"
+        except Exception as e:  # noqa: BLE001 - tomlkit raises many types; all mean "bad input"
             raise ConfigError(f"{path}: invalid TOML: {_tomlkit_reason(e)}") from None
         self._pending: dict = {}
 
@@ -191,7 +191,7 @@ def _parses_to(text: str, want: dict) -> bool:
         import tomlkit
 
         got = tomlkit.parse(text).unwrap()
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to read it back means: do not trust the render
         return False
     return same(got, want)
 
@@ -218,7 +218,7 @@ class _Style:
             nonlocal blank, seen_table, headers
             from tomlkit.items import Whitespace
 
-            for k, item in container.body:
+            for _key, item in container.body:
                 if isinstance(item, Table):
                     if not item.is_super_table():
                         ind = len(item.trivia.indent.replace("\n", ""))

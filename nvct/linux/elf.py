@@ -237,9 +237,9 @@ def read(path: PathOrFile, *, name: str | None = None) -> ElfInfo:
     Raises :class:`~nvct.base.errors.NvctError` for anything that is not a
     readable, well-formed ELF file.
     """
-    if hasattr(path, "read"):
-        label = name or getattr(path, "name", "<stream>")
-        return _info(lambda: _Source(stream=path), label)
+    if not isinstance(path, (str, os.PathLike)):
+        stream = path
+        return _info(lambda: _Source(stream=stream), name or str(getattr(stream, "name", "<stream>")))
     label = name or os.fspath(path)
     fd = _open(path, label)
     try:

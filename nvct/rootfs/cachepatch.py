@@ -14,8 +14,16 @@ import stat
 import struct
 
 from nvct.base.errors import CacheError, ContainerError
-from nvct.discover.ldcache import (MAX_FILE_SIZE, MAX_STRING, NATIVE, NEW_HEADER_SIZE, NEW_MAGIC, Entry,
-                                   check_table, new_byte_order)
+from nvct.discover.ldcache import (
+    MAX_FILE_SIZE,
+    MAX_STRING,
+    NATIVE,
+    NEW_HEADER_SIZE,
+    NEW_MAGIC,
+    Entry,
+    check_table,
+    new_byte_order,
+)
 from nvct.linux import elf
 
 TYPE_CHECKING = False  # typing costs an import on every container start
@@ -279,8 +287,8 @@ def _extensions(data: bytes, offset: int, strings_start: int, strings_end: int,
     magic, count = struct.unpack_from("=II", data, offset)
     if magic != _EXTENSION_MAGIC or count > _MAX_EXTENSIONS or offset + 8 + 16 * count > len(data):
         raise CacheError(f"{source}: bad extension directory")
-    out = []
-    spans = []
+    out: list = []
+    spans: list = []
     for index in range(count):
         tag, _, at, size = struct.unpack_from("=IIII", data, offset + 8 + 16 * index)
         if at < offset + 8 + 16 * count or at + size > len(data):

@@ -77,9 +77,9 @@ def open_static_executable(path: str) -> int:
     except OSError as e:
         raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
     try:
-        problem = _PROBLEMS.get(elf.static_problem(fd))
+        problem = elf.static_problem(fd)
         if problem:
-            raise ContainerError(f"ldconfig {path}: {problem}")
+            raise ContainerError(f"ldconfig {path}: {_PROBLEMS.get(problem, problem)}")
         return fd
     except BaseException:
         os.close(fd)
@@ -173,8 +173,11 @@ class _opened:
     """``root`` itself (the caller's, left open), or the root at that path, opened here and closed."""
 
     def __init__(self, root: Rootfs | str):
-        self._own = None if isinstance(root, Rootfs) else Rootfs(root)
-        self._root = root if self._own is None else self._own
+        if isinstance(root, Rootfs):
+            self._own: Rootfs | None = None
+            self._root = root
+        else:
+            self._own = self._root = Rootfs(root)
 
     def __enter__(self) -> Rootfs:
         return self._root

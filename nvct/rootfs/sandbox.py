@@ -17,7 +17,19 @@ import time
 
 from nvct.base.errors import ContainerError
 from nvct.linux import privileges
-from nvct.linux.fs import MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_REMOUNT, UMOUNT_NOFOLLOW, mount, open_no_symlinks, umount
+from nvct.linux.fs import (
+    MNT_DETACH,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_RDONLY,
+    MS_REMOUNT,
+    UMOUNT_NOFOLLOW,
+    mount,
+    open_no_symlinks,
+    umount,
+)
 from nvct.linux.libc import libc as _libc
 from nvct.linux.namespaces import mounts, unshare_mount_namespace
 

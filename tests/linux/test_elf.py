@@ -204,7 +204,8 @@ def _host_is_x86_64() -> bool:
 def test_abi_tag_reads_the_same_tag_as_read_without_pyelftools(libs, libs32):
     for path in (*libs.values(), *libs32.values()):
         assert elf.abi_tag(str(path)) == elf.read(path).abi_tag
-    code = f"import sys, nvct.linux.elf; nvct.linux.elf.abi_tag({str(libs['tagged64'])!r}); assert 'elftools' not in sys.modules"
+    code = (f"import sys, nvct.linux.elf; nvct.linux.elf.abi_tag({str(libs['tagged64'])!r}); "
+            "assert 'elftools' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
