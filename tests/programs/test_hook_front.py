@@ -192,6 +192,16 @@ def test_the_legacy_shims_mark_goes_to_python_with_stdin_untouched(front, tmp_pa
     assert front.record.read_text() == state
 
 
+@pytest.mark.parametrize("args", [("poststart",), ("prestart",)])
+def test_the_fronts_own_names_in_the_callers_environment_steer_nothing(front, tmp_path, args):
+    """The names of the front's own variables, exported by the caller: the state still reaches
+    Python whole (the set-aside unset an exported one, and Python got an empty stdin)."""
+    state = _state(_bundle(tmp_path / "b", env=["NVIDIA_VISIBLE_DEVICES=0"]))
+    own = ("state", "hand_over", "nvct_state", "nvct_stdin", "nvct_append")
+    front.run(state, env=dict(front.env, **{name: "1" for name in own}), args=args)
+    assert front.record.read_text() == state
+
+
 @pytest.mark.parametrize("args", [("poststart",), ("--config", "/x", "prestart"), ("--version",)])
 def test_other_command_lines_go_to_python(front, tmp_path, args):
     front.run(_state(_bundle(tmp_path / "b")), args=args)
