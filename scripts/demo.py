@@ -11,8 +11,8 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from tests.support.bundle import make_bundle  # noqa: E402
-from tests.support.rootfs import make_rootfs  # noqa: E402
+from tests.support.bundle import make_bundle  # noqa: E402 - the checkout is on sys.path now
+from tests.support.rootfs import make_rootfs  # noqa: E402 - the checkout is on sys.path now
 
 BIN = os.path.dirname(sys.executable)
 COMMAND = ("echo '== device nodes'; find /dev -type c -name 'nvidia*' | sort; "

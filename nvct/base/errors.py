@@ -24,6 +24,8 @@ class DriverError(NvctError):
 class RequirementError(NvctError):
     """An ``NVIDIA_REQUIRE_*`` condition is malformed or not met."""
 
+    variable: "str | None" = None  # the variable whose condition failed, where known
+
 
 class CacheError(NvctError):
     """An ``ld.so.cache`` file is truncated, corrupt or hostile."""

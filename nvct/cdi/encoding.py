@@ -196,7 +196,7 @@ def _loader():
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    class _Loader(base):  # type: ignore[misc, valid-type]
+    class _Loader(base):  # type: ignore[misc, valid-type]  # a base picked at run time: the C loader if built
         def construct_mapping(self, node, deep=False):
             if isinstance(node, yaml.MappingNode):
                 self.flatten_mapping(node)

@@ -172,7 +172,7 @@ def run_in_child(prepare: Callable[[], None] | None, func: Callable[..., Any], *
             view = memoryview(data)
             while view:
                 view = view[os.write(wfd, view):]
-        except BaseException:  # noqa: BLE001
+        except BaseException:  # noqa: BLE001 - the child exits 1, whatever happened
             code = 1
         finally:
             os._exit(code)
@@ -208,7 +208,7 @@ def _pickled(payload: tuple) -> bytes:
 
     try:
         return pickle.dumps(payload)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - whatever does not pickle goes back as one line
         return pickle.dumps(("err", ContainerError(f"result does not pickle: {e}")))
 
 

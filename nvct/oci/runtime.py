@@ -131,7 +131,7 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
     old = entries.get(config_path)
     if runtime is None:
         keep = old is not None and old[1] == mark and mark != _UNTRUSTED
-        line_runtime, hooks = (old[0], old[2]) if keep else (_NONE, _NONE)  # type: ignore[index]
+        line_runtime, hooks = (old[0], old[2]) if old is not None and keep else (_NONE, _NONE)
         hooks_text = None
     else:
         line_runtime, hooks = runtime, (_content_name(hooks_text) if hooks_text else _NONE)

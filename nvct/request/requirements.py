@@ -218,7 +218,7 @@ def check(env: Mapping[str, str], facts: DriverFacts, *, disable_require: bool =
             text = ",".join(failed)
             hint = _UPDATE_HINT if text.startswith("cuda>=") else ""
             error = RequirementError(f"unsatisfied condition: {text}{hint}{_node(facts)}")
-            error.variable = name  # type: ignore[attr-defined]
+            error.variable = name
             raise error
 
 

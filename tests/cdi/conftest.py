@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from nvct.cdi import encoding
-from tests.support.fixtures import busybox_image_tar, oci_runtime, private_podman, rootfs  # noqa: F401
+from tests.support.fixtures import busybox_image_tar, oci_runtime, private_podman, rootfs  # noqa: F401 - fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -18,7 +18,7 @@ import pytest
 
 from nvct.doctor import explain
 from tests.doctor.nodes import GpuNode, clean_env, entry_point, write
-from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 
 
 @pytest.fixture(scope="module")

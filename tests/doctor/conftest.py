@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.support.fixtures import busybox_image_tar, pause_image_tar, rootfs  # noqa: F401
+from tests.support.fixtures import busybox_image_tar, pause_image_tar, rootfs  # noqa: F401 - fixtures
 
 from .nodes import GpuNode
 

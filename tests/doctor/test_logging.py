@@ -11,7 +11,7 @@ import pytest
 
 from nvct.doctor import explain
 from tests.support.bundle import make_bundle
-from tests.support.fixtures import need_binaries, rootfs  # noqa: F401
+from tests.support.fixtures import need_binaries, rootfs  # noqa: F401 - fixtures
 from tests.support.runtimes import RUNC, run_container
 
 from .nodes import clean_env, entry_point, write

@@ -255,7 +255,8 @@ FAULTS = {
                                          _old_runc, fix=lambda fix: fix.split("or use crun: ", 1)[1]),
     "no-low-level-runtime": Fault("config.runtimes", "fail", "/nonexistent/runc", False,
                                   lambda n: _config(n, '"/usr/sbin/runc"', '"/nonexistent/runc"'), fix=_after_or),
-    # A newer CUDA compat libcuda in the image: the shim leaves the chain to the hook (nvct.modifier.prepare), which is gone.
+    # A newer CUDA compat libcuda in the image: the shim leaves the chain to the hook
+    # (nvct.modifier.prepare), which is gone.
     "hook-program-missing": Fault("config.hook", "fail", "fail to start at their createContainer hook", False,
                                   lambda n: _config(n, f'path = "{n.program("nvct")}"', 'path = "/nonexistent/nvct"'),
                                   fix="an edit of the file", image=lambda root: _newer_compat_libcuda(root)),

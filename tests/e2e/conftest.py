@@ -7,7 +7,7 @@ import os
 import pytest
 
 # Re-exported fixtures from the container support package.
-from tests.support.fixtures import (  # noqa: F401
+from tests.support.fixtures import (  # noqa: F401 - fixtures
     busybox_image_tar,
     need_binaries,
     need_root,
@@ -17,7 +17,7 @@ from tests.support.fixtures import (  # noqa: F401
 )
 
 # The shared GPU-container helpers (tests.support.gpu_runs), re-exported for the e2e tests.
-from tests.support.gpu_runs import NVCT, PATH_ENV, SHIM, VENV_BIN, node_config  # noqa: F401
+from tests.support.gpu_runs import NVCT, PATH_ENV, SHIM, VENV_BIN, node_config  # noqa: F401 - re-exported
 
 HOOK = os.path.join(VENV_BIN, "nvidia-container-runtime-hook")
 

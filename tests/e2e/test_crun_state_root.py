@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from tests.e2e.test_userns_sandbox import HOST_ID, _shift, _userns, node, open_tmp, work  # noqa: F401
+from tests.e2e.test_userns_sandbox import HOST_ID, _shift, _userns, node, open_tmp, work  # noqa: F401 - fixtures
 from tests.support.bundle import edit_config, make_bundle
 from tests.support.gpu_runs import NVCT, PATH_ENV, need_runtime
 from tests.support.rootfs import make_rootfs

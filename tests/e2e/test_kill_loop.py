@@ -20,7 +20,7 @@ import time
 import pytest
 
 from tests.support.bundle import make_bundle, read_config, write_config
-from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import PATH_ENV, SHIM, VENV_BIN, mounts_under, need_runtime, node_config
 from tests.support.runtimes import RUNC, run_container
 

@@ -22,7 +22,8 @@ from tests.support.gpu_runs import need_runtime, run_gpu
 
 pytestmark = pytest.mark.containers
 
-SHOW = "cd /proc/driver/nvidia && find . | sort; grep ModifyDeviceFiles params; touch x 2>/dev/null && echo writable; true"
+SHOW = ("cd /proc/driver/nvidia && find . | sort; grep ModifyDeviceFiles params; "
+        "touch x 2>/dev/null && echo writable; true")
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,8 @@ def _mig_caps(node, gpu, mig) -> tuple[str, str]:
 def test_legacy_shows_only_the_requested_gpus_and_no_mig_capabilities(tmp_path, mig_node, rootfs, runtime):
     """NVIDIA_VISIBLE_DEVICES=1,3: GPU 0's and 2's MIG trees and mig/{config,monitor} are not there."""
     caps = os.path.join(mig_node["roots"]["proc_root"], "driver/nvidia/capabilities")
-    assert os.path.isdir(f"{caps}/gpu0/mig") and os.path.isdir(f"{caps}/gpu2/mig") and os.path.isfile(f"{caps}/mig/config")
+    assert os.path.isdir(f"{caps}/gpu0/mig") and os.path.isdir(f"{caps}/gpu2/mig")
+    assert os.path.isfile(f"{caps}/mig/config")
     lines = _show(tmp_path, mig_node, rootfs, "legacy", "NVIDIA_VISIBLE_DEVICES=1,3", runtime=runtime)
     files = [line for line in lines if line.startswith(".")]
     assert files == sorted([".", "./params", "./registry", "./version", *_gpu_files(mig_node, 1, 3)])

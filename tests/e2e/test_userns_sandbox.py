@@ -27,7 +27,7 @@ import tempfile
 import pytest
 
 from tests.support.bundle import make_bundle, read_config
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, busybox_image_tar, private_podman  # noqa: F401
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, busybox_image_tar, private_podman  # noqa: F401 - fixtures
 from tests.support.gpu_runs import NVCT, PATH_ENV, SHIM, need_runtime, node_config
 from tests.support.proc import run
 from tests.support.rootfs import make_rootfs

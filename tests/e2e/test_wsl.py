@@ -18,7 +18,7 @@ import yaml
 
 from nvct.cdi import spec as spec_mod
 from tests.e2e.conftest import VENV_BIN
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, private_podman  # noqa: F401
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, private_podman  # noqa: F401 - fixtures
 from tests.support.gpu_runs import assert_untouched, host_victim, need_runtime, refusal, run_gpu
 from tests.support.podman import CDI_DIRS, cdi_spec, unique_cdi_vendor
 

@@ -17,7 +17,7 @@ from nvct.programs.version import REFERENCE_VERSION
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.security.test_isolated_start import assert_hooks_start_isolated
 from tests.support.bundle import make_bundle, read_config
-from tests.support.fixtures import busybox_image_tar  # noqa: F401
+from tests.support.fixtures import busybox_image_tar  # noqa: F401 - fixtures
 from tests.support.image import ImageSpec, build_image_tar
 from tests.support.legacy_front import age, with_no_cgroups
 from tests.support.podman import PODMAN, Podman

@@ -29,7 +29,7 @@ from tests.security.test_hostile_env import EVIL_C, EVIL_PY, GPU_CHECK
 from tests.support.bundle import make_bundle
 from tests.support.containerd import CONTAINERD, CTR, Containerd
 from tests.support.docker import DOCKER, DOCKERD, Dockerd
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, busybox_image_tar, need_binaries, need_root  # noqa: F401
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, busybox_image_tar, need_binaries, need_root  # noqa: F401 - fixtures
 from tests.support.gpu_runs import PATH_ENV, SHIM, need_runtime
 from tests.support.rootfs import make_rootfs
 from tests.support.runtimes import RUNC, RUNTIMES, run_container

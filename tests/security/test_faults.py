@@ -19,7 +19,7 @@ import pytest
 
 from tests.security.conftest import snapshot
 from tests.support.bundle import make_bundle
-from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import PATH_ENV, SHIM, mounts_under, need_runtime, node_config, refusal, run_gpu
 from tests.support.legacy_front import age, gpu_front, run as run_front
 from tests.support.runtimes import RUNTIMES, run_container

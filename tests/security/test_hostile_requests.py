@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import MODES, mounts_under, need_runtime, refusal, run_gpu
 
 pytestmark = pytest.mark.containers

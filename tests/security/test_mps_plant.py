@@ -26,7 +26,7 @@ import shutil
 import pytest
 
 from tests.security.conftest import snapshot
-from tests.support.fixtures import need_binaries, rootfs  # noqa: F401
+from tests.support.fixtures import need_binaries, rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import MODES, generate_spec, mounts_under, need_runtime, refusal, run_gpu
 from tests.support.image import ImageSpec, build_image_tar
 from tests.support.podman import CDI_DIRS, PODMAN, Podman, cdi_spec, unique_cdi_vendor

@@ -23,7 +23,7 @@ import os
 import pytest
 
 from tests.support.bundle import add_hook, edit_config, make_bundle
-from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import NVCT, PATH_ENV, need_runtime, refusal, run_gpu
 from tests.support.runtimes import RUNTIMES, run_container
 

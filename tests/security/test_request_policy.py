@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import MODES, mounts_under, need_runtime, refusal, run_gpu, spec_dir
 
 pytestmark = pytest.mark.containers

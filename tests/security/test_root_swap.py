@@ -21,7 +21,7 @@ import signal
 import pytest
 
 from tests.security.conftest import snapshot
-from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import MODES, mounts_under, need_runtime, refusal, run_gpu
 from tests.support.rootfs import make_rootfs
 

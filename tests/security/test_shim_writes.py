@@ -18,7 +18,7 @@ import pytest
 
 from tests.security.conftest import snapshot
 from tests.support.bundle import read_config
-from tests.support.fixtures import rootfs  # noqa: F401
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import MODES, mounts_under, need_runtime, refusal, run_gpu
 
 pytestmark = pytest.mark.containers

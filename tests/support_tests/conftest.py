@@ -1,4 +1,4 @@
-from tests.support.fixtures import (  # noqa: F401
+from tests.support.fixtures import (  # noqa: F401 - fixtures
     busybox_image_tar,
     oci_runtime,
     pause_image_tar,

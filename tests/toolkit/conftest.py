@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tests.support.fixtures import busybox_image_tar, pause_image_tar  # noqa: F401
+from tests.support.fixtures import busybox_image_tar, pause_image_tar  # noqa: F401 - fixtures
 
 
 @pytest.fixture

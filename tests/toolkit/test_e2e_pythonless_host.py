@@ -22,7 +22,7 @@ from nvct.toolkit.layout import TOOLS, Layout
 from tests.e2e.conftest import PATH_ENV, expected_nodes
 from tests.support import cgroupfix
 from tests.support.bundle import make_bundle
-from tests.support.fixtures import need_binaries, need_root, rootfs  # noqa: F401
+from tests.support.fixtures import need_binaries, need_root, rootfs  # noqa: F401 - fixtures
 from tests.support.runtimes import run_container
 from tests.toolkit import pythonless
 from tests.toolkit.installer import NVCT, node_flags
