@@ -31,7 +31,6 @@ import time
 
 from nvct.base.errors import ContainerError
 from nvct.linux import elf
-from nvct.rootfs import sandbox
 from nvct.rootfs.ldconf import check_conf
 from nvct.rootfs.root import Rootfs
 
@@ -137,8 +136,10 @@ def update_ldcache(root: Rootfs | str, folders: Sequence[str], *, libraries: Seq
                     _write_cache(root, *patch)
                     return ""
                 check_conf(root)
+                from nvct.rootfs import sandbox  # only here: the patch above is the usual way
+
                 return sandbox.run(root, exe, ["ldconfig", "-C", CACHE_PATH, *folders],
-                                     timeout, ldconfig, writable)
+                                   timeout, ldconfig, writable)
     finally:
         os.close(exe)
 
@@ -241,6 +242,8 @@ def create_soname_links(root: Rootfs | str, folders: Sequence[str], *,
             if not folders:
                 return ""
             writable = _writable(root, folders)
+            from nvct.rootfs import sandbox
+
             return sandbox.run(root, exe, ["ldconfig", "-n", *folders], timeout, ldconfig, writable)
     finally:
         os.close(exe)
