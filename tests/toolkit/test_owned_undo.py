@@ -123,11 +123,11 @@ def test_an_older_nvcts_backup_of_its_own_entry_is_removed_and_said(tmp_path):
 
 def test_the_entry_programs_keep_the_reference_restart_modes(monkeypatch):
     """docker and containerd: signal; cri-o: systemd (the reference's per-engine defaults)."""
-    from nvct import cli
     from nvct.programs import installer
 
     seen = []
-    monkeypatch.setattr(cli, "main", lambda argv: seen.append(argv) or 0)
+    # The installer's own name for nvct's main: a real install here would configure this host's engines.
+    monkeypatch.setattr(installer, "nvct_main", lambda argv: seen.append(argv) or 0)
     monkeypatch.setattr(sys, "argv", ["nvidia-ctk-installer"])
     for engine in ("docker", "containerd", "crio"):
         monkeypatch.setenv("RUNTIME", engine)
