@@ -135,6 +135,7 @@ def real_node(tmp_path_factory) -> GpuNode:
     return GpuNode(tmp_path_factory.mktemp("explain-rewritten"), real=True)
 
 
+@pytest.mark.containers
 @pytest.mark.parametrize("mode, device", [("jit-cdi", "1"), ("cdi", "nvidia.com/gpu=1"), ("legacy", "1"),
                                           ("auto", "0:1"), ("auto", "nvidia.com/gpu=2")])
 def test_explain_on_a_bundle_the_shim_rewrote_explains_the_original_request(real_node, bins, tmp_path, rootfs,

@@ -595,6 +595,7 @@ def test_an_install_under_umask_000_leaves_nothing_others_can_change(deb):
         _purge_if_installed()
 
 
+@pytest.mark.containers
 @pytest.mark.parametrize("original", ["explicit", "plain"])
 @needs_root_and_apt
 def test_purge_takes_a_running_dockerd_off_the_removed_default_runtime(deb, tmp_path, busybox_image_tar, original):
