@@ -24,7 +24,9 @@
    with the same batch of plain runc; and the /run/nvct writers' flock with 32 shims at once.
 
 ``--quick`` runs only 4-6 and 8 (the figures of the README's performance section); ``--batches``
-only 8.
+only 8. ``--cases`` runs only those of 4, with ``--other`` (another install's programs, e.g. the
+tree before a change) and ``--reference`` (NVIDIA's rebuilt programs) as further cases of the same
+interleaved run (docs/performance.md, "Before and after the layered tree").
 """
 
 from __future__ import annotations
