@@ -31,7 +31,6 @@ import time
 
 from nvct.base.errors import ContainerError
 from nvct.linux import elf
-from nvct.rootfs.ldconf import check_conf
 from nvct.rootfs.root import Rootfs
 
 TYPE_CHECKING = False  # typing costs an import on every container start
@@ -135,9 +134,10 @@ def update_ldcache(root: Rootfs | str, folders: Sequence[str], *, libraries: Seq
                 if patch is not None:
                     _write_cache(root, *patch)
                     return ""
-                check_conf(root)
                 from nvct.rootfs import sandbox  # only here: the patch above is the usual way
+                from nvct.rootfs.ldconf import check_conf
 
+                check_conf(root)
                 return sandbox.run(root, exe, ["ldconfig", "-C", CACHE_PATH, *folders],
                                    timeout, ldconfig, writable)
     finally:
