@@ -75,7 +75,12 @@ def test_a_gpu_by_index_without_the_kernel_module_says_the_driver_is_not_loaded(
         text = f.read()
     with open(config, "w") as f:
         f.write(text.replace('mode = "auto"', 'mode = "legacy"'))
-    # legacy mode: the prestart hook says it, and runc passes its stderr on
+    # legacy mode: the shim resolves the devices for the spec's device rules, so it says it first
+    assert _start(tmp_path, rootfs, config, ["NVIDIA_VISIBLE_DEVICES=1"]) == f"nvidia-container-runtime: {said}\n"
+    with open(config, "w") as f:  # without cgroup rules the shim leaves the devices to the hook
+        f.write(text.replace('mode = "auto"', 'mode = "legacy"').replace(
+            "[nvidia-container-cli]\n", "[nvidia-container-cli]\nno-cgroups = true\n", 1))
+    # the prestart hook says it, and runc passes its stderr on
     assert _start(tmp_path, rootfs, config, ["NVIDIA_VISIBLE_DEVICES=1"]).endswith(
         f"stderr: nvidia-container-runtime-hook: {said}\n\n")
 
