@@ -354,8 +354,9 @@ def test_installed_package_runs_gpu_containers_and_purges_cleanly(deb, tmp_path)
 #: An engine config of each kind, as a node has it before nvct.
 ENGINE_CONFIGS = {
     "docker": ("docker/daemon.json", '{\n    "log-level": "warn"\n}\n'),
-    "containerd": ("containerd/config.toml", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]'
-                                             '\nruntime_type = "io.containerd.runc.v2"\n'),
+    "containerd": ("containerd/config.toml",
+                   'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]'
+                   '\nruntime_type = "io.containerd.runc.v2"\n'),
     "crio": ("crio/crio.conf", '[crio.runtime]\ndefault_runtime = "crun"\n'),
 }
 
