@@ -33,16 +33,14 @@ from __future__ import annotations
 
 import os
 
-from nvct.edits import csvmode, devices, build as injection, wsl
-from nvct.request import cdinames as names, requirements
-from nvct.cdi import schema
-from nvct.cdi import spec as spec_mod
+from nvct.base.errors import DriverError, NvctError, RequestError
+from nvct.cdi import schema, spec as spec_mod
 from nvct.cdi.features import Generation
 from nvct.config.file import ALL_CAPABILITIES
 from nvct.discover.driver import Driver, Gpu, MigDevice, Node
-from nvct.edits import steps as kinds
+from nvct.edits import build as injection, csvmode, devices, steps as kinds, wsl
 from nvct.edits.model import ContainerEdits, DeviceNode, as_chain
-from nvct.base.errors import DriverError, NvctError, RequestError
+from nvct.request import cdinames as names, requirements
 
 TYPE_CHECKING = False  # typing costs an import
 if TYPE_CHECKING:
