@@ -43,6 +43,7 @@ _QUERIES = frozenset({"--version", "version", "--help", "help", "features", "spe
 _CONTAINER_SUPPORT = tuple(os.path.join(os.path.dirname(__file__), "support", name + ".py")
                            for name in ("runtimes", "docker", "containerd", "podman", "noderoot", "cri"))
 
+_TESTS = os.path.dirname(os.path.abspath(__file__)) + os.sep
 #: A skip's reason that says the test needs root ("needs root or user namespaces" does not).
 _ROOT_REASON = re.compile(r"needs root\b(?! or)").match
 
@@ -105,7 +106,8 @@ def pytest_collection_modifyitems(items):
         names = set(getattr(item, "fixturenames", ()))
         if names & CONTAINER_FIXTURES:
             item.add_marker(pytest.mark.containers)
-        if (item.get_closest_marker("containers") or names & ROOT_FIXTURES
+        params = getattr(getattr(item, "callspec", None), "params", {})  # a fixture's name as a parameter
+        if (item.get_closest_marker("containers") or (names | {str(v) for v in params.values()}) & ROOT_FIXTURES
                 or any("root" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))
                 or any(_asks_for_root(f) for f in _functions(item))):
             item.add_marker(pytest.mark.root)
@@ -129,9 +131,11 @@ def _asks_for_root(function, depth: int = 3, _cache: dict = {}) -> bool:  # noqa
             names |= set(getattr(const, "co_names", ()))
             consts += getattr(const, "co_consts", ())
         called = [function.__globals__.get(name) for name in names]
-        _cache[code] = "need_root" in names or any(isinstance(c, str) and _ROOT_REASON(c) for c in consts) or any(
+        called = [f.__init__ if isinstance(f, type) else f for f in called]  # a class of the tests: its __init__
+        _cache[code] = "need_root" in names or any(  # a "needs root" skip, request.getfixturevalue("sim_node")
+            isinstance(c, str) and (_ROOT_REASON(c) or c in ROOT_FIXTURES) for c in consts) or any(
             _asks_for_root(f, depth - 1) for f in called
-            if callable(f) and getattr(f, "__module__", "").startswith("tests"))
+            if getattr(getattr(f, "__code__", None), "co_filename", "").startswith(_TESTS))
     return _cache[code]
 
 

@@ -116,6 +116,7 @@ path = "nvidia-ctk"
     assert c.get("nvidia-container-cli.ldconfig") == "@/sbin/ldconfig"
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="a read lease on another's file needs CAP_LEASE")
 def test_a_config_open_for_writing_is_an_error_naming_it_never_the_defaults(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "_WRITER_WAIT_S", 0.05)

@@ -236,6 +236,7 @@ def test_a_cgroup_without_programs_is_left_alone(cgroup):
         os.close(cg)
 
 
+@pytest.mark.root  # loading a program needs CAP_BPF
 def test_a_program_the_verifier_refuses_is_one_line():
     with pytest.raises(bpf.BpfError, match="load device program: .*verifier"):
         bpf.load(bpf.insn(0x95))  # r0 never set

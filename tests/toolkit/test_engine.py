@@ -64,6 +64,7 @@ def fake_dockerd(tmp_path):
 
 def _options(tmp_path, **kwargs) -> Options:
     kwargs.setdefault("signal_backoff", 0)
+    kwargs.setdefault("pid_file", str(tmp_path / "run" / "toolkit.pid"))  # the restart markers go beside it
     return Options(install_dir=str(tmp_path / "install"), driver_root="/", python=sys.executable, host_root="/",
                    reload_timeout=5, **kwargs)
 

@@ -171,6 +171,7 @@ def _need_strace() -> None:
     need_binaries(shutil.which("strace") or "/usr/bin/strace")  # scripts/setup.sh installs it
 
 
+@pytest.mark.root  # the shim records only as root
 def test_once_the_shim_recorded_the_runtime_other_calls_start_no_python(installed):
     _need_strace()
     layout, proc, record = installed
