@@ -120,8 +120,7 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
 #: The reference's createRuntime hook that sets a container's GPU memory limits through NVML.
 MEMORY_LIMITS_HOOK = "apply-cuda-memory-limits"
 #: The variables it reads (MiB): a request and a limit, each under the reference's two names.
-MEMORY_VARIABLES = (("NVIDIA_GPU_MEMORY_REQUESTS", "NVIDIA_GPU_MEMORY_REQUEST"),
-                    ("NVIDIA_GPU_MEMORY_LIMITS", "NVIDIA_GPU_MEMORY_LIMIT"))
+MEMORY_VARIABLES = (chain.MEMORY_REQUEST, chain.MEMORY_LIMIT)
 
 
 def memory_limit_edits(request: Request, driver: Driver, gpus, hook_path: str) -> ContainerEdits:

@@ -141,6 +141,11 @@ class ReadonlyRoot(Step):
     name = "readonly-root"
 
 
+#: The variables apply-cuda-memory-limits reads (MiB), each under the reference's two names, plural first.
+MEMORY_REQUEST = ("NVIDIA_GPU_MEMORY_REQUESTS", "NVIDIA_GPU_MEMORY_REQUEST")
+MEMORY_LIMIT = ("NVIDIA_GPU_MEMORY_LIMITS", "NVIDIA_GPU_MEMORY_LIMIT")
+
+
 class ApplyCudaMemoryLimits(Step):
     """``apply-cuda-memory-limits --driver-root R --gpu-id UUID...`` (a createRuntime hook)."""
 

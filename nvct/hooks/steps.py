@@ -363,17 +363,12 @@ def mount_flags(options, what: str) -> dict[str, bool]:
     return out
 
 
-#: The variables apply-cuda-memory-limits reads (MiB), the reference's plural names first.
-_MEMORY_REQUEST = ("NVIDIA_GPU_MEMORY_REQUESTS", "NVIDIA_GPU_MEMORY_REQUEST")
-_MEMORY_LIMIT = ("NVIDIA_GPU_MEMORY_LIMITS", "NVIDIA_GPU_MEMORY_LIMIT")
-
-
 def apply_cuda_memory_limits(step: kinds.ApplyCudaMemoryLimits, ctx: HookContext) -> None:
     """``--driver-root R --gpu-id UUID...``: the container's GPU memory request and limit, set by NVML.
 
     A createRuntime hook (the reference's): the container's process exists and
-    is in its cgroup. With both ``NVIDIA_GPU_MEMORY_REQUEST(S)`` and
-    ``NVIDIA_GPU_MEMORY_LIMIT(S)`` (MiB) in its env, each ``--gpu-id`` GPU gets
+    is in its cgroup. With both ``NVIDIA_GPUkinds.MEMORY_REQUEST(S)`` and
+    ``NVIDIA_GPUkinds.MEMORY_LIMIT(S)`` (MiB) in its env, each ``--gpu-id`` GPU gets
     them as soft and hard limits for the container's cgroup v2 directory
     (``nvmlDeviceSetMemoryLimits_v1``). The cgroup is the one the kernel lists
     for the container's process, so cgroupfs paths work as well as systemd's.
@@ -382,15 +377,15 @@ def apply_cuda_memory_limits(step: kinds.ApplyCudaMemoryLimits, ctx: HookContext
     from nvct.linux import cgroups
 
     env = _spec_env(ctx.spec)
-    request = next((env[n] for n in _MEMORY_REQUEST if n in env), None)
-    limit = next((env[n] for n in _MEMORY_LIMIT if n in env), None)
+    request = next((env[n] for n in kinds.MEMORY_REQUEST if n in env), None)
+    limit = next((env[n] for n in kinds.MEMORY_LIMIT if n in env), None)
     if request is None and limit is None:
         return
     if request is None or limit is None:
-        missing = _MEMORY_REQUEST[1] if request is None else _MEMORY_LIMIT[1]
+        missing = kinds.MEMORY_REQUEST[1] if request is None else kinds.MEMORY_LIMIT[1]
         sys.stderr.write(f"apply-cuda-memory-limits: {missing} is not set; no GPU memory limit is applied\n")
         return
-    soft, hard = _mib(_MEMORY_REQUEST[1], request), _mib(_MEMORY_LIMIT[1], limit)
+    soft, hard = _mib(kinds.MEMORY_REQUEST[1], request), _mib(kinds.MEMORY_LIMIT[1], limit)
     if soft > hard:
         raise NvctError(f"apply-cuda-memory-limits: the GPU memory request ({soft} MiB) exceeds the limit ({hard} MiB)")
     gpus = list(step.gpu_ids)

@@ -39,13 +39,19 @@ def runtime_banner() -> str:
 
 #: nvct/scripts/launcher's line that each built copy gets :func:`runtime_banner` in (nvct_build.py).
 LAUNCHER_BANNER = "nvct_banner=  # @banner@: filled in by the build\n"
+#: The launcher's line for the variables apply-cuda-memory-limits reads (nvct.edits.steps).
+LAUNCHER_MEMORY = "nvct_memory=  # @memory@: filled in by the build\n"
 
 
 def fill_launcher(text: str) -> str:
-    """The launcher ``text`` with :data:`LAUNCHER_BANNER` holding :func:`runtime_banner`, for its
-    sh front to print without a Python start; unchanged where the line is not there."""
+    """The launcher ``text`` with :data:`LAUNCHER_BANNER` holding :func:`runtime_banner` and
+    :data:`LAUNCHER_MEMORY` the memory-limit variables, for its sh fronts to use without a Python
+    start; unchanged where the lines are not there."""
+    from nvct.edits.steps import MEMORY_LIMIT, MEMORY_REQUEST  # build time only
+
     banner = "'" + runtime_banner().replace("'", "'\\''") + "'"
-    return text.replace(LAUNCHER_BANNER, f"nvct_banner={banner}\n")
+    memory = "'" + " ".join(MEMORY_REQUEST + MEMORY_LIMIT) + "'"
+    return text.replace(LAUNCHER_BANNER, f"nvct_banner={banner}\n").replace(LAUNCHER_MEMORY, f"nvct_memory={memory}\n")
 
 
 def container_cli_banner() -> str:
