@@ -44,7 +44,7 @@ def parse_cached(raw: bytes, path: str, kind: str, parse: Callable[[bytes], Any]
         return parse(raw)
     try:
         name = _name(path)
-        blob = _read_at(directory, name)
+        blob = read_at(directory, name)
         if blob is not None:
             try:
                 cached_raw, data = marshal.loads(blob)
@@ -88,7 +88,7 @@ def keep(raw: bytes) -> str | None:
     if directory is None:
         return None
     try:
-        if _read_at(directory, name) != raw:
+        if read_at(directory, name) != raw:
             from nvct.base import fileutil
 
             fileutil.replace_at(directory, name, raw, 0o600)
@@ -109,7 +109,7 @@ def kept(name: str) -> bytes | None:
     if directory is None:
         return None
     try:
-        raw = _read_at(directory, name)
+        raw = read_at(directory, name)
     finally:
         os.close(directory)
     return raw if raw is not None and digest(raw) == name else None
@@ -143,7 +143,8 @@ def _name(path: str) -> str:
     return name[-200:] + ".marshal"
 
 
-def _read_at(dir_fd: int, name: str) -> bytes | None:
+def read_at(dir_fd: int, name: str) -> bytes | None:
+    """The file ``name`` in ``dir_fd``, never through a link; None where it cannot be read."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:

@@ -230,17 +230,10 @@ def _entries(top: int) -> dict[str, tuple[str, str, str, str]]:
 
 
 def _read_at(dir_fd: int, name: str) -> str | None:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        with open(fd, "rb", closefd=False) as f:
-            return f.read().decode("utf-8", "surrogateescape")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    from nvct.base.parsecache import read_at
+
+    data = read_at(dir_fd, name)
+    return None if data is None else data.decode("utf-8", "surrogateescape")
 
 
 def _mark(seen: str | None | bool) -> str:

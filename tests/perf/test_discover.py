@@ -37,31 +37,17 @@ def test_overlapping_strings_are_refused_quickly():
 
 
 @HOSTILE
-@given(st.binary(max_size=2048))
-def test_random_bytes(data):
+@given(st.one_of(st.binary(max_size=2048),
+                 st.tuples(st.sampled_from([NEW_MAGIC, OLD_MAGIC]), st.binary(max_size=2048)).map(b"".join)))
+def test_hostile_bytes_are_parsed_or_refused_within_a_second(data):
+    """The unit tests (tests/discover/test_ldcache.py) hold what comes out; this, how long it takes."""
     _within_a_second(data)
 
 
-@HOSTILE
-@given(st.sampled_from([NEW_MAGIC, OLD_MAGIC]), st.binary(max_size=2048))
-def test_random_bytes_after_magic(magic, tail):
-    _within_a_second(magic + tail)
-
-
 @pytest.mark.parametrize("data", VALID, ids=["new", "old", "compat"])
-def test_every_truncation(data):
-    for size in range(len(data)):
+def test_every_truncation_within_a_second(data):
+    for size in range(0, len(data), 7):
         _within_a_second(data[:size])
-
-
-@HOSTILE
-@given(st.sampled_from(VALID), st.lists(st.integers(min_value=0), min_size=1, max_size=8))
-def test_bit_flips(data, positions):
-    flipped = bytearray(data)
-    for position in positions:
-        bit = position % (len(data) * 8)
-        flipped[bit // 8] ^= 1 << (bit % 8)
-    _within_a_second(bytes(flipped))
 
 
 def test_thousand_entries_parse_quickly():
