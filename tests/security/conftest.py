@@ -195,3 +195,18 @@ def shared_library(tmp_path_factory) -> Path:
     subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libnvctfoo.so.1", "-o", str(out),
                     str(src)], check=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def toolkits(tmp_path_factory, sim_node):
+    """runtime -> a toolkit installed with ``nvct toolkit install`` for the simulated node (once each)."""
+    from tests.support.toolkit_runs import install
+
+    installed: dict = {}
+
+    def get(runtime: str):
+        if runtime not in installed:
+            installed[runtime] = install(str(tmp_path_factory.mktemp(f"toolkit-{runtime}")), sim_node, runtime)
+        return installed[runtime]
+
+    return get

@@ -13,7 +13,10 @@ After the container, that namespace must show no mount on the host files and
 their content unchanged; the start is refused with one line naming the mount
 (by the shim where it can tell from the spec and the image, else by the mask).
 The rule (nvct.hooks.steps.kernel_proc_path) is judged on every layout at the end,
-through the hook program in both the shim's form and a CDI spec's.
+through the hook program in both the shim's form and a CDI spec's. The
+volumes run through the project's venv (a pip install) on every path, and a
+symlinked ``nvidia/params`` through the jit-cdi wrapper of a toolkit installed
+with ``nvct toolkit install`` (its own nvct, Python and hook wrappers).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tests.support.bundle import add_hook, edit_config, make_bundle
 from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import NVCT, PATH_ENV, need_runtime, refusal, run_gpu
 from tests.support.runtimes import RUNTIMES, run_container
+from tests.support.toolkit_runs import starter
 
 pytestmark = pytest.mark.containers
 
@@ -97,7 +101,7 @@ def _assert_host_untouched(report: str) -> None:
     assert contents and all(line.endswith(": " + SECRET.replace("\n", "|")) for line in contents), lines
 
 
-def _run(tmp_path, sim_node, rootfs, path: str, runtime: str, volumes: list[dict], wrapper: list[str]):
+def _run(tmp_path, sim_node, rootfs, path: str, runtime: str, volumes: list[dict], wrapper: list[str], start=run_gpu):
     def edit(spec: dict) -> None:
         spec["linux"]["rootfsPropagation"] = "shared"
         if volumes[0]["destination"] == "/proc":
@@ -106,8 +110,8 @@ def _run(tmp_path, sim_node, rootfs, path: str, runtime: str, volumes: list[dict
 
     command = "cat /proc/driver/nvidia/params"
     if path in ("jit-cdi", "cdi", "legacy"):
-        return run_gpu(tmp_path, sim_node, rootfs, mode=path, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
-                       command=command, edit=edit, wrapper=wrapper)
+        return start(tmp_path, sim_node, rootfs, mode=path, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     command=command, edit=edit, wrapper=wrapper)
     bundle = make_bundle(str(tmp_path / "bundle"), rootfs, ["sh", "-c", command], env=[PATH_ENV])
     with edit_config(bundle) as spec:
         edit(spec)
@@ -127,18 +131,25 @@ def _cases():
         for place in PLACES:
             for runtime in ("runc", "crun"):
                 for kind in KINDS if runtime == "crun" and path not in ("jit-cdi", "cdi") else ("file",):
-                    yield pytest.param(kind, place, path, runtime, id=f"{kind}-{place}-{path}-{runtime}")
+                    yield pytest.param("venv", kind, place, path, runtime, id=f"{kind}-{place}-{path}-{runtime}")
+    # Through a toolkit: the shim's refusal, and (crun: runc refuses that mount itself) the toolkit's mask hook's.
+    for place, runtime in (("driver", "runc"), ("driver", "crun"), ("chain", "crun")):
+        yield pytest.param("toolkit", "absolute", place, "jit-cdi", runtime,
+                           id=f"toolkit-absolute-{place}-jit-cdi-{runtime}")
 
 
-@pytest.mark.parametrize("kind, place, path, runtime", _cases())
-def test_a_proc_volume_never_gets_the_mask_on_a_host_file(tmp_path, sim_node, rootfs, kind, place, path, runtime):
+@pytest.mark.parametrize("install, kind, place, path, runtime", _cases())
+def test_a_proc_volume_never_gets_the_mask_on_a_host_file(request, tmp_path, sim_node, rootfs, install, kind, place,
+                                                          path, runtime):
     """The host tree is untouched and the start refused, whoever masks (runc refuses most volumes itself)."""
     need_runtime(runtime)
+    start = starter(install, request.getfixturevalue("toolkits") if install == "toolkit" else None)
     host, source = _host(tmp_path, kind, place)
     if place == "redirect":
         os.symlink("/proc/driver", os.path.join(rootfs, "data"))
     report = str(tmp_path / "report")
-    result = _run(tmp_path, sim_node, rootfs, path, runtime, _volumes(place, host, source), _systemd_host(host, report))
+    result = _run(tmp_path, sim_node, rootfs, path, runtime, _volumes(place, host, source), _systemd_host(host, report),
+                  start)
     _assert_host_untouched(report)
     text = refusal(result, tmp_path)
     named = "/data" if place == "redirect" else _volumes(place, host, source)[0]["destination"]
@@ -147,6 +158,8 @@ def test_a_proc_volume_never_gets_the_mask_on_a_host_file(tmp_path, sim_node, ro
         assert f"mount at {named}: a GPU container may not mount anything at or under /proc" in text, text
     elif path == "legacy" and runtime == "crun":  # what only the mask itself can see
         assert "not on the kernel's procfs (a volume?); refusing to mask it" in text, text
+    elif path in ("jit-cdi", "cdi") and runtime == "crun":  # the chain's mask step in nvct's hook (crun hides why)
+        assert "nvct` (exit code: 1)" in text, text
 
 
 # -- the rule itself: the step and the hook program, in both forms, judge every layout alike ----

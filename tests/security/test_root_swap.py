@@ -9,7 +9,11 @@ one in its path) is the same without the race. The shim and the hooks write
 through one root opened once, without following a symlink in any component,
 and owned as the engine would own it: the host tree (a full root the writes
 would fit in) and the owner's own directory must stay exactly as they were,
-and nothing may stay mounted.
+and nothing may stay mounted. The race and the chain hook's case run through
+the project's venv (a pip install) in every mode, and through the runtime
+wrappers of a toolkit installed with ``nvct toolkit install`` (its own copy of
+nvct, its bundled Python, its hook wrappers) in jit-cdi and cdi mode, with
+fewer starts.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from tests.security.conftest import snapshot
 from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import MODES, mounts_under, need_runtime, refusal, run_gpu
 from tests.support.rootfs import make_rootfs
+from tests.support.toolkit_runs import INSTALLS, TOOLKIT_MODES, hook_program, starter
 
 pytestmark = pytest.mark.containers
 
@@ -31,6 +36,8 @@ pytestmark = pytest.mark.containers
 OWNER = 4242
 #: Starts per runtime while the owner swaps: 60 per mode (runc's and crun's together).
 STARTS = 30
+#: Through a toolkit: starts per runtime and decoy (the venv's cases cover the count the issue asks for).
+TOOLKIT_STARTS = {"link": 10, "own": 4}
 _RENAME_EXCHANGE = 2
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -95,22 +102,35 @@ def _decoy(tmp_path, parent: str, kind: str) -> tuple[str, str]:
     return "own", own
 
 
-@pytest.mark.parametrize("runtime", ["runc", "crun"])
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("decoy", ["link", "own"])
-def test_root_swapped_by_its_owner_never_leads_a_write_out(tmp_path, sim_node, rootfs, runtime, mode, decoy):
+def _cases(modes_of: dict):
+    """(install, *rest) per install kind: the venv's ids as before, the toolkit's prefixed."""
+    for install in INSTALLS:
+        for rest in modes_of[install]:
+            prefix = "" if install == "venv" else "toolkit-"
+            yield pytest.param(install, *rest, id=prefix + "-".join(rest))
+
+
+_SWAPS = {install: [(decoy, mode, runtime) for decoy in ("link", "own")
+                    for mode in (MODES if install == "venv" else TOOLKIT_MODES) for runtime in ("runc", "crun")]
+          for install in INSTALLS}
+
+
+@pytest.mark.parametrize("install, decoy, mode, runtime", _cases(_SWAPS))
+def test_root_swapped_by_its_owner_never_leads_a_write_out(request, tmp_path, sim_node, rootfs, install, runtime,
+                                                           mode, decoy):
     need_runtime(runtime)
+    start = starter(install, request.getfixturevalue("toolkits") if install == "toolkit" else None)
     parent = _owned_parent(tmp_path, rootfs)
     name, guarded = _decoy(tmp_path, parent, decoy)
     before, identity = snapshot(guarded), os.lstat(guarded).st_ino
-    starts = STARTS if decoy == "link" else 8
+    starts = (STARTS if decoy == "link" else 8) if install == "venv" else TOOLKIT_STARTS[decoy]
     results = []
     swapper = _swapper(parent, name)
     try:
         for i in range(starts):
-            results.append(run_gpu(tmp_path, sim_node, os.path.join(parent, "rootfs"), mode=mode, runtime=runtime,
-                                   env=["NVIDIA_VISIBLE_DEVICES=0"], command="dlopen-probe libcuda.so.1",
-                                   name=f"b{i}"))
+            results.append(start(tmp_path, sim_node, os.path.join(parent, "rootfs"), mode=mode, runtime=runtime,
+                                 env=["NVIDIA_VISIBLE_DEVICES=0"], command="dlopen-probe libcuda.so.1",
+                                 name=f"b{i}"))
     finally:
         _stop(swapper)
     if os.lstat(guarded).st_ino != identity:  # the owner's directory, stopped while swapped: swap it back
@@ -195,20 +215,23 @@ def test_a_root_owned_by_another_user_is_refused(tmp_path, sim_node, rootfs):
 #: when prepare declines (an image without an ld cache: only ldconfig can make one), and an
 #: engine that applied a CDI spec itself (no shim: the hook has only the OCI state).
 CHAIN_PATHS = ("jit-cdi", "cdi", "cdi-hook")
+#: Through a toolkit: its wrappers' two modes, and its ``nvct`` wrapper as a CDI spec's hook program.
+_CHAINS = {install: [(path, runtime) for path in CHAIN_PATHS for runtime in ("runc", "crun")] for install in INSTALLS}
 
 
-@pytest.mark.parametrize("runtime", ["runc", "crun"])
-@pytest.mark.parametrize("path", CHAIN_PATHS)
-def test_the_chain_hook_writes_only_into_the_root_verified_on_the_host(tmp_path, sim_node, rootfs, runtime, path):
+@pytest.mark.parametrize("install, path, runtime", _cases(_CHAINS))
+def test_the_chain_hook_writes_only_into_the_root_verified_on_the_host(request, tmp_path, sim_node, rootfs, install,
+                                                                       runtime, path):
     """The runtime lost the race: another directory is mounted over root.path's name in the container's
     mount namespace (crun mounts a swapped-in host directory there). Stood in for, every time, by a
     createContainer hook before nvct's that mounts a full host root over root.path: nvct's chain must
     refuse it, never write the ld cache or links there."""
     from tests.support.bundle import add_hook, edit_config, make_bundle
-    from tests.support.gpu_runs import NVCT, PATH_ENV
+    from tests.support.gpu_runs import PATH_ENV
     from tests.support.runtimes import RUNTIMES, run_container
 
     need_runtime(runtime)
+    toolkits = request.getfixturevalue("toolkits") if install == "toolkit" else None
     os.unlink(os.path.join(rootfs, "etc/ld.so.cache"))  # the shim leaves the chain to the hook
     host = make_rootfs(tmp_path, name="host")
     before = snapshot(host)
@@ -223,15 +246,16 @@ def test_the_chain_hook_writes_only_into_the_root_verified_on_the_host(tmp_path,
             edit(spec)
         errors = tmp_path / "hook-stderr"  # crun shows no hook's stderr
         wrapper = tmp_path / "nvct-hook"
-        wrapper.write_text(f'#!/bin/sh\nexec {NVCT} "$@" 2>>{errors}\n')
+        wrapper.write_text(f'#!/bin/sh\nexec {hook_program(install, toolkits, runtime)} "$@" 2>>{errors}\n')
         wrapper.chmod(0o755)
         add_hook(bundle, "createContainer", str(wrapper), ["nvct", "hook", "chain", "create-symlinks", "--link",
                                                    "libc.so.6::/usr/lib/nvct-probe.so", "--", "update-ldcache",
                                                    "--folder", "/usr/lib"], env=[PATH_ENV])
         result = run_container(RUNTIMES[runtime], bundle)
     else:
-        result = run_gpu(tmp_path, sim_node, rootfs, mode=path, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
-                         command="dlopen-probe libcuda.so.1", edit=edit)
+        result = starter(install, toolkits)(tmp_path, sim_node, rootfs, mode=path, runtime=runtime,
+                                            env=["NVIDIA_VISIBLE_DEVICES=0"], command="dlopen-probe libcuda.so.1",
+                                            edit=edit)
     assert not nvct_writes(before, snapshot(host), "jit-cdi"), result.describe()
     assert not mounts_under(str(tmp_path))
     text = refusal(result, tmp_path if path != "cdi-hook" else None)
