@@ -25,10 +25,10 @@ from __future__ import annotations
 import os
 import stat
 
-from nvct.edits import steps as kinds
-from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Mount
 from nvct.base.errors import ConfigError
 from nvct.config.keys import Settings
+from nvct.edits import steps as kinds
+from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Mount
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -115,9 +115,9 @@ def chain(root: str, path: str) -> tuple[list[tuple[str, str]], str] | None:
 
 def container_edits(driver: Driver, files, *, hook_path: str, ldconfig: str | None = None) -> ContainerEdits:
     """The edits the CSV ``files`` give on this board: device nodes, mounts, one hook chain."""
-    from nvct.linux import elf
-    from nvct.edits import build as injection
     from nvct.base.log import logger
+    from nvct.edits import build as injection
+    from nvct.linux import elf
 
     by_type = entries(files)
     edits = ContainerEdits()

@@ -7,10 +7,10 @@ as ``GPU:MIG`` (``0:1``), a GPU or MIG UUID, a PCI bus id, ``all``, and the
 
 from __future__ import annotations
 
-from nvct.discover.driver import Driver, Gpu, MigDevice
 from nvct.base.errors import RequestError
 from nvct.base.log import logger
 from nvct.base.record import Record
+from nvct.discover.driver import Driver, Gpu, MigDevice
 
 _BUS_PATTERN = r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$"
 
@@ -48,7 +48,7 @@ def select(ids: tuple[str, ...], driver: Driver, *, default_kind: str = "nvidia.
             continue
         found = _find(ident, driver)
         if found is None and not driver.gpus:
-            driver.version  # no module loaded: say so (DriverError), as "all" does
+            _ = driver.version  # no module loaded: say so (DriverError), as "all" does
         if found is None:
             raise RequestError(f"{what}: unknown device {raw!r} ({_describe(driver)})")
         logger.debug("%s: %r is %s", what, raw, _name(found))

@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import stat
 
+from nvct.base.errors import DriverError, RequestError
 from nvct.edits import steps as kinds
 from nvct.edits.model import Chain, ContainerEdits, DeviceNode, Mount
-from nvct.base.errors import DriverError, RequestError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -108,8 +108,8 @@ def files(driver: Driver) -> list[tuple[str, str]]:
 def common_edits(driver: Driver, *, hook_path: str, ldconfig: str | None = None) -> ContainerEdits:
     """What every container on a WSL2 node gets besides ``/dev/dxg``: the driver store's files,
     the nvidia-smi link and the ld cache entries (one createContainer hook chain)."""
-    from nvct.linux import elf
     from nvct.edits import build as injection
+    from nvct.linux import elf
 
     edits = ContainerEdits()
     links: list[str] = []

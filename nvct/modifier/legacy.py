@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from nvct.edits import build as injection
 from nvct.discover.driver import Driver
+from nvct.edits import build as injection
 from nvct.edits.model import ContainerEdits, Mount, writable_last
 from nvct.hooks.container import HookContext
 from nvct.request.container import Request
@@ -33,8 +33,8 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     """
     from nvct.linux import cgroups, namespaces, privileges
     from nvct.modifier import modes
-    from nvct.rootfs import mounttargets
     from nvct.oci import spec as ocispec
+    from nvct.rootfs import mounttargets
 
     if config.cli_load_kmods:
         from nvct.node import kmods
@@ -44,7 +44,7 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
     edits = injection.container_edits(request, driver, config)
     modes.check_requirements(request, driver, config)
     privileges.drop_capabilities(KEEP_CAPS)
-    rootfs = ocispec.root_path(rootfs, None) if rootfs else ocispec.rootfs(spec, bundle)
+    rootfs = ocispec.root_path(rootfs, None) if rootfs else ocispec.rootfs(spec, bundle or ".")
     mounttargets.check_proc(spec, rootfs)  # no volume under the /proc we mask
     if not config.cli_no_cgroups:
         cgroups.allow_devices(pid, [(d.type, d.major, d.minor, "rwm") for d in edits.device_nodes])
@@ -66,10 +66,10 @@ def legacy(request: Request, config, spec: dict, bundle: str | None, pid: int, *
 
 def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bundle, devbind=True,
             compat=True, identity: tuple[int, int] | None = None) -> None:
-    from nvct.oci import spec as ocispec
     from nvct.edits import steps as kinds
     from nvct.edits.model import as_chain
     from nvct.hooks import steps
+    from nvct.oci import spec as ocispec
     from nvct.rootfs.root import Rootfs
 
     root = Rootfs(rootfs, owners=ocispec.root_owners(spec or {}), same_as=identity)

@@ -15,8 +15,8 @@ import os
 import sys
 
 from nvct.edits import apply
-from nvct.oci import spec as ocispec
 from nvct.edits.model import ContainerEdits, Hook, hook_env
+from nvct.oci import spec as ocispec
 from nvct.oci.runtime import which
 from nvct.request.container import VISIBLE_DEVICES, Request
 
@@ -48,7 +48,8 @@ class Modification:
         self.why = why
         self.edits = edits if edits is not None else ContainerEdits()
         self.devices = devices
-        #: ``prepare="write"``: the root's writes (nvct.modifier.prepare.Plan) the caller makes once the spec can be saved.
+        #: ``prepare="write"``: the root's writes (nvct.modifier.prepare.Plan) the caller makes once the
+        #: spec can be saved.
         self.plan = plan
 
 
@@ -98,10 +99,9 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
                                gpus=[g for g in driver.gpus if driver.gpu_node(g).path in nodes])
         plan = _into_spec(spec, edits, bundle, config, runtime, prepare)
         return Modification("cdi", why, edits, request.devices or (), plan)
-    from nvct.edits import build as injection
-    from nvct.edits import sandbox
     from nvct.cdi.features import for_jit
     from nvct.discover.driver import Driver
+    from nvct.edits import build as injection, sandbox
 
     driver = driver or Driver.from_config(config)
     hookless, sandbox_why = sandbox.wanted(spec, config)
@@ -119,8 +119,8 @@ def modify(spec: dict[str, Any], request: Request, config, *, driver=None,
 def _csv(spec: dict[str, Any], request: Request, config, why: str, driver, bundle: str | None,
          runtime: str | None, prepare: str | None) -> Modification:
     """Tegra: the board's CSV lists (:mod:`nvct.edits.csvmode`), into the spec as jit-cdi's edits."""
-    from nvct.edits import csvmode
     from nvct.discover.driver import Driver
+    from nvct.edits import csvmode
     from nvct.edits.build import hook_executable, ldconfig_setting
 
     driver = driver or Driver.from_config(config)
@@ -166,8 +166,8 @@ def _prepared(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, c
     """nvct's hook chain to be done now by :mod:`nvct.modifier.prepare`, leaving the hook only the params mask."""
     if not bundle:
         return None
-    from nvct.modifier import prepare
     from nvct.base.log import logger
+    from nvct.modifier import prepare
 
     plan = prepare.plan(spec, edits, ocispec.rootfs(spec, bundle), bundle, config.proc_root)
     if plan is None:
@@ -277,8 +277,8 @@ def legacy_device_rules(request: Request, config, driver=None) -> ContainerEdits
     """
     if config.cli_no_cgroups:
         return ContainerEdits()
-    from nvct.edits import build as injection
     from nvct.discover.driver import Driver
+    from nvct.edits import build as injection
 
     driver = driver or Driver.from_config(config)
     nodes = injection.container_edits(request, driver, config).device_nodes
