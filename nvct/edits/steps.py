@@ -98,7 +98,7 @@ class MaskParams(Step):
     hook: str
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:  # type: ignore[override]  # the hook name a spec gave, not a class constant
         return self.hook
 
 
@@ -182,7 +182,7 @@ class Unknown(Step):
     args: tuple[str, ...]
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:  # type: ignore[override]  # the hook name a spec gave, not a class constant
         return self.hook
 
     def to_args(self) -> list[str]:

@@ -125,7 +125,7 @@ def _child(root_fd: int, root_real: str, exe: int, argv: list[str], devnull: int
             try:
                 os.write(fd, (" ".join(msg.split()) + "\n").encode())
                 break
-            except BaseException:  # noqa: BLE001
+            except BaseException:  # noqa: BLE001 - try the next descriptor, never raise here
                 continue
     os._exit(_SETUP_FAILED)
 

@@ -190,7 +190,7 @@ def wait_gone(pid: int, timeout: float) -> bool:
     """Wait until ``pid`` (not necessarily our child) has exited."""
     deadline = time.monotonic() + timeout
     try:
-        fd = os.pidfd_open(pid)  # type: ignore[attr-defined]
+        fd = os.pidfd_open(pid)  # type: ignore[attr-defined]  # Linux only
     except (AttributeError, OSError):
         fd = None
     try:

@@ -132,7 +132,7 @@ def _reap(pid: int, timeout: float) -> int | None:
     """Exit status of our (adopted) child ``pid``, or None if it outlived ``timeout``."""
     deadline = time.monotonic() + timeout
     try:
-        fd = os.pidfd_open(pid)  # type: ignore[attr-defined]
+        fd = os.pidfd_open(pid)  # type: ignore[attr-defined]  # Linux only
     except (AttributeError, OSError):
         fd = None
     try:
