@@ -26,7 +26,7 @@ from nvct.edits import build as injection, sandbox, steps as kinds
 from nvct.edits.build import selection_for
 from nvct.edits.model import ContainerEdits, Hook, as_chain, with_reason
 from nvct.edits.steps import MaskParams
-from nvct.hooks.steps import compat_choice
+from nvct.hooks.compat import compat_choice
 from nvct.modifier import legacy as realize, modes
 from nvct.modifier.modes import GPU_REQUEST_ENV
 from nvct.oci import runtime as lowlevel, spec as ocispec
@@ -169,7 +169,7 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None,
 
 
 def _compat(result: Explanation, config, driver, bundle: str | None) -> str:
-    """Whether the image's CUDA compat libcuda would be used, by the hook's own rule (steps.compat_choice).
+    """Whether the image's CUDA compat libcuda would be used, by the hook's own rule (hooks.compat.compat_choice).
 
     Error 804 ("forward compatibility was attempted on non supported HW") is the
     usual report when it is used where it cannot work: this says which way and why.

@@ -192,3 +192,15 @@ def _parent(pid: int | str) -> int:
             if line.startswith(b"PPid:"):
                 return int(line.split()[1])
     raise ValueError(pid)
+
+
+def spec_env(spec: dict) -> dict[str, str]:
+    """The container's environment, from its spec's ``process.env`` (malformed entries skipped)."""
+    process = spec.get("process") if isinstance(spec, dict) else None
+    env = process.get("env") if isinstance(process, dict) else None
+    out: dict[str, str] = {}
+    for item in env if isinstance(env, list) else ():
+        if isinstance(item, str) and "=" in item:
+            name, _, value = item.partition("=")
+            out[name] = value
+    return out

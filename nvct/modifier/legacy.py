@@ -90,7 +90,7 @@ def _inside(edits: ContainerEdits, rootfs: str, driver: Driver, procfs, spec, bu
 
 
 def _bind(root, mount: Mount) -> None:
-    from nvct.hooks.steps import mount_flags
+    from nvct.hooks.mounts import mount_flags
 
     root.bind_mount(mount.host_path, mount.container_path,
                     **mount_flags(mount.options, f"mount of {mount.container_path}"))
@@ -134,9 +134,9 @@ def _mask_procfs(root, driver: Driver, procfs) -> None:
     GPUs and their MIG capabilities, and ``capabilities/mig/{config,monitor}`` unless
     asked for, are not there at all. A container whose /proc has no driver/nvidia
     (a host without the module) is left as it is; one that is not the kernel's is refused
-    (nvct.hooks.steps.kernel_proc_path).
+    (nvct.hooks.procmask.kernel_proc_path).
     """
-    from nvct.hooks.steps import kernel_proc_path
+    from nvct.hooks.procmask import kernel_proc_path
 
     if not kernel_proc_path(root, _PROC_DRIVER):
         return

@@ -125,7 +125,8 @@ def _steps(steps) -> list[kinds.Step] | None:
 def _checked(spec: dict[str, Any], edits: ContainerEdits, root: Rootfs,
              steps: list[kinds.Step]) -> tuple[dict[str, str], tuple[bytes, bytes] | None] | None:
     """The host file of every ``--library`` and the patched cache, when nothing stands in the way."""
-    from nvct.hooks.steps import compat_choice, musl_arch
+    from nvct.hooks.compat import compat_choice
+    from nvct.hooks.ldcache import musl_arch
     from nvct.rootfs import ldconfig
 
     links: dict[str, str] = {}
@@ -192,7 +193,7 @@ def _inside(root, path: str) -> str:
 
 def _to_mask(proc_root: str) -> bool:
     """Whether this node's driver params need the mask (no NVIDIA module: nothing to mask)."""
-    from nvct.hooks.steps import masked_params
+    from nvct.hooks.procmask import masked_params
 
     try:
         with open(os.path.join(proc_root, "driver/nvidia/params"), "rb") as f:

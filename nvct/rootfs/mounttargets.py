@@ -68,7 +68,7 @@ def check_proc(spec: dict, rootfs: str | None) -> None:
     the files runc allows there are fine. A destination is judged as written
     and, with ``rootfs``, where the image's symlinks lead it (``/data ->
     /proc/driver``). The params mask checks its target itself too
-    (nvct.hooks.steps.kernel_proc_path): this names the mount at fault.
+    (nvct.hooks.procmask.kernel_proc_path): this names the mount at fault.
     """
     for m in spec.get("mounts") or ():
         dest = m.get("destination") if isinstance(m, dict) else None

@@ -16,7 +16,7 @@ import pytest
 
 from nvct.base.errors import NvctError
 from nvct.edits.steps import parse_step
-from nvct.hooks.steps import compat_choice
+from nvct.hooks.compat import compat_choice
 from nvct.linux import elf
 from nvct.rootfs.root import Rootfs
 from tests.support.compat import NOTE_575, NOTE_590, make_compat_libcuda, note_section

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from nvct.base.errors import NvctError
-from nvct.hooks import steps
+from nvct.hooks import limits, steps
 from nvct.hooks.container import HookContext
 
 BIN = os.path.dirname(sys.executable)
@@ -32,12 +32,12 @@ def _run(env, *argv, pid=None):
 
 
 def test_without_variables_nothing_is_asked(monkeypatch):
-    monkeypatch.setattr(steps, "_set_memory_limits", lambda *a: pytest.fail("NVML called"))
+    monkeypatch.setattr(limits, "_set_memory_limits", lambda *a: pytest.fail("NVML called"))
     _run(["PATH=/bin"], "--gpu-id", "GPU-x")  # no pid needed either
 
 
 def test_only_one_variable_warns(monkeypatch, capsys):
-    monkeypatch.setattr(steps, "_set_memory_limits", lambda *a: pytest.fail("NVML called"))
+    monkeypatch.setattr(limits, "_set_memory_limits", lambda *a: pytest.fail("NVML called"))
     _run(["NVIDIA_GPU_MEMORY_LIMIT=10"], "--gpu-id", "GPU-x")
     assert "NVIDIA_GPU_MEMORY_REQUEST is not set" in capsys.readouterr().err
 
@@ -56,7 +56,7 @@ def test_bad_input_is_one_error(env, argv, message):
 
 def test_the_plural_names_win_and_values_are_bytes(monkeypatch):
     calls = []
-    monkeypatch.setattr(steps, "_set_memory_limits", lambda *a: calls.append(a))
+    monkeypatch.setattr(limits, "_set_memory_limits", lambda *a: calls.append(a))
     monkeypatch.setattr("nvct.linux.cgroups.cgroup_version", lambda pid: 2)
     monkeypatch.setattr("nvct.linux.cgroups.unified_cgroup_dir", lambda pid: f"/sys/fs/cgroup/c{pid}")
     _run(["NVIDIA_GPU_MEMORY_REQUEST=1", "NVIDIA_GPU_MEMORY_REQUESTS=2", "NVIDIA_GPU_MEMORY_LIMIT=3",

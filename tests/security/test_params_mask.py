@@ -12,7 +12,7 @@ The host is stood in for by a private mount namespace with ``/`` made rshared.
 After the container, that namespace must show no mount on the host files and
 their content unchanged; the start is refused with one line naming the mount
 (by the shim where it can tell from the spec and the image, else by the mask).
-The rule (nvct.hooks.steps.kernel_proc_path) is judged on every layout at the end,
+The rule (nvct.hooks.procmask.kernel_proc_path) is judged on every layout at the end,
 through the hook program in both the shim's form and a CDI spec's. The
 volumes run through the project's venv (a pip install) on every path, and a
 symlinked ``nvidia/params`` through the jit-cdi wrapper of a toolkit installed
@@ -212,7 +212,7 @@ def _judge(root: str, layout: str, masked: str, form: list[str]) -> tuple[str, s
     import subprocess
 
     from nvct.base.errors import ContainerError
-    from nvct.hooks.steps import PARAMS, kernel_proc_path
+    from nvct.hooks.procmask import PARAMS, kernel_proc_path
     from nvct.rootfs.root import Rootfs
 
     if layout == "own":

@@ -1,0 +1,137 @@
+"""The CUDA forward-compat step: whether the image's compat libcuda is used, and enabling it."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from nvct.base.errors import NvctError
+from nvct.edits import steps as kinds
+
+TYPE_CHECKING = False  # typing costs an import on every container start
+if TYPE_CHECKING:
+    from nvct.hooks.container import HookContext
+
+_COMPAT_DIR = "/usr/local/cuda/compat"
+_COMPAT_CONF = "/etc/ld.so.conf.d/00-compat-nvct.conf"
+
+
+def enable_cuda_compat(step: kinds.EnableCudaCompat, ctx: HookContext) -> None:
+    """Prefer the image's CUDA forward-compat libcuda where :func:`compat_choice` says it works here."""
+    root = ctx.root
+    folder, _ = compat_choice(root, step)
+    if folder is None:
+        return
+    ctx.extra_folders.insert(0, folder)
+    root.write_file(_COMPAT_CONF, (folder + "\n").encode(), 0o644, replace=True)
+
+
+def compat_choice(root, step: kinds.EnableCudaCompat) -> tuple[str | None, str]:
+    """Whether the image's CUDA compat libcuda is to be used: (its folder's real path or None, why).
+
+    The one rule (the shim, the hook and ``nvct explain`` ask it). The folder is
+    ``--cuda-compat-container-root`` (default /usr/local/cuda/compat); its newest
+    ``libcuda.so.X.Y[.Z]`` decides, by its ``.note.cuda.fwd_compatibility``
+    (nvct.linux.elf.cuda_compat_note), as the reference does: with ``--host-driver-version``,
+    the host's branch must be listed and the compat libcuda newer than the host's; else,
+    with ``--host-cuda-version``, the note's CUDA version must be newer. nvct adds the
+    note's device list: with ``--gpu-brand`` (NVML brand ids of the container's GPUs),
+    every one must be listed. Without a note, a newer driver major decides (older
+    compat packages carry none).
+    """
+    import stat
+
+    host = step.host_driver_version
+    host_cuda = step.host_cuda_version
+    folder = _absolute(step.compat_root or _COMPAT_DIR)
+    if not (host or host_cuda):
+        return None, "no --host-driver-version or --host-cuda-version: the host driver is unknown"
+    if not root.exists(folder):
+        return None, f"the image has no {folder}"
+    best = None
+    for name in root.listdir(folder):
+        version = _compat_version(name)
+        if version is not None and (best is None or version > best[0]):
+            best = (version, name)
+    if best is None:
+        return None, f"the image has no libcuda.so.<version> in {folder}"
+    version, name = best
+    path = folder.rstrip("/") + "/" + name
+    try:
+        fd = root.open(path)
+    except NvctError as e:
+        return None, f"{path} cannot be read: {e}"
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None, f"{path} cannot be read: not a regular file"
+    note = _compat_note(fd, path)
+    host_version = _version(host)
+    shown = ".".join(map(str, version))
+    if note is None:
+        if host_version is None:
+            return None, f"{path} carries no CUDA compat note and the host driver version is unknown"
+        if version[0] <= host_version[0]:
+            return None, f"{path} ({shown}, no CUDA compat note) is not of a newer branch than the host's {host}"
+        return root.realpath(folder), (f"{path} ({shown}, no CUDA compat note) is of a newer branch "
+                                       f"than the host's {host}")
+    branches = [b for b in note.get("Driver") or () if isinstance(b, int)]
+    cuda = note.get("CUDA Version")
+    if host_version is not None and branches:
+        if host_version[0] not in branches:
+            return None, (f"{path}: its CUDA compat note lists the driver branches "
+                          f"{', '.join(map(str, branches))}, not the host's {host_version[0]} (CUDA error 804 if used)")
+        if version <= host_version:
+            return None, f"{path} ({shown}) is not newer than the host driver {host}"
+        why = f"{path} ({shown}) supports the host's branch {host_version[0]} and is newer than {host}"
+    elif host_cuda and isinstance(cuda, str) and (theirs := _version(cuda)) is not None and \
+            (ours := _version(host_cuda)) is not None:
+        if theirs <= ours:
+            return None, f"{path}: its CUDA {cuda} is not newer than the host's CUDA {host_cuda}"
+        why = f"{path}: its CUDA {cuda} is newer than the host's CUDA {host_cuda}"
+    else:
+        return None, f"{path}: its CUDA compat note and the host versions given have nothing to compare"
+    devices = [d for d in note.get("Device") or () if isinstance(d, int)]
+    brands = step.gpu_brands
+    if devices and brands:
+        unlisted = sorted({b for b in brands if not (b.isascii() and b.isdigit() and int(b) in devices)})
+        if unlisted:
+            return None, (f"{path}: its CUDA compat note does not list the GPU brand(s) {', '.join(unlisted)} "
+                          "of the container's GPUs (CUDA error 804 if used)")
+    return root.realpath(folder), why
+
+
+def _compat_note(fd: int, path: str) -> dict | None:
+    """The note of the compat libcuda open at ``fd`` (closed here); None without one or when it is corrupt."""
+    from nvct.linux import elf
+
+    try:
+        return elf.cuda_compat_note(fd, path)
+    except NvctError as e:
+        sys.stderr.write(f"enable-cuda-compat: {e}; deciding by the driver version alone\n")
+        return None
+    finally:
+        os.close(fd)
+
+
+def _absolute(path: str) -> str:
+    import posixpath
+
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def _compat_version(name: str) -> tuple[int, ...] | None:
+    """``libcuda.so.<major>.<minor>[.<patch>]`` -> the version (no ``re``: this runs on every start)."""
+    if not name.startswith("libcuda.so."):
+        return None
+    parts = name[len("libcuda.so."):].split(".")
+    if len(parts) not in (2, 3) or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def _version(version: str) -> tuple[int, ...] | None:
+    """"575.57.08" -> (575, 57, 8) (numbers, so leading zeros do not count); None if not numeric."""
+    parts = version.strip().split(".")
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
