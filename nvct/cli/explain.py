@@ -33,7 +33,8 @@ from nvct.cli import load_config
 @click.pass_context
 def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff, as_json, gpus, cli,
                     docker_socket, docker_config):
-    from nvct.doctor import explain
+    from nvct.doctor import explain, explainview
+    from nvct.doctor.rewritten import unrewrite
     from nvct.oci import spec as ocispec
 
     if gpus is not None:
@@ -41,18 +42,18 @@ def explain_command(ctx, bundle, env, privileged, mounts, annotations, show_diff
     if not bundle and not env:
         raise click.UsageError("give --bundle DIR, or the container's env with -e K=V")
     config = load_config(ctx)
-    base, rewritten = explain.unrewrite(ocispec.load(bundle), config, bundle=bundle) if bundle else (None, [])
+    base, rewritten = unrewrite(ocispec.load(bundle), config, bundle=bundle) if bundle else (None, [])
     spec = explain.spec_from_options(env, privileged=privileged, mounts=mounts, annotations=annotations, base=base)
     result = explain.explain(spec, config, bundle=bundle, rewritten=rewritten)
     if as_json:
-        click.echo(json.dumps(explain.to_json(result, diff=show_diff), indent=2))
+        click.echo(json.dumps(explainview.to_json(result, diff=show_diff), indent=2))
     else:
-        click.echo(explain.render_text(result, diff=show_diff), nl=False)
+        click.echo(explainview.render_text(result, diff=show_diff), nl=False)
     raise SystemExit(1 if result.error else 0)
 
 
 def _explain_gpus(cli: str, value: str, docker_socket: str, docker_config: str, as_json: bool) -> None:
-    from nvct.doctor import clipaths, explain
+    from nvct.doctor import clipaths, explain, explainview
     from nvct.doctor.model import DEFAULT_PATH
 
     route, dirs = clipaths.on_this_node(cli, path_env=os.environ.get("PATH") or DEFAULT_PATH,
@@ -61,8 +62,8 @@ def _explain_gpus(cli: str, value: str, docker_socket: str, docker_config: str, 
     if as_json:
         out = dict(result)
         if out.get("edits") is not None:
-            out["edits"] = explain._edits_json(out["edits"], {})
+            out["edits"] = explainview._edits_json(out["edits"], {})
         click.echo(json.dumps(out, indent=2))
     else:
-        click.echo(explain.render_gpus(result), nl=False)
+        click.echo(explainview.render_gpus(result), nl=False)
     raise SystemExit(1 if result["error"] else 0)

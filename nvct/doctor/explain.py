@@ -5,30 +5,27 @@ shim changes it on a container start, so what explain prints is what the
 shim would write. In legacy mode the shim only inserts the prestart hook; the
 hook then computes, inside the starting container, the same
 :func:`nvct.edits.build.container_edits` that jit-cdi writes into the spec, and
-explain shows those too. Nothing is written and no container is created.
+explain shows those too. Nothing is written and no container is created. How it is
+shown is :mod:`nvct.doctor.explainview`'s.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from nvct.base.errors import NvctError, RequestError
 from nvct.cdi import modes as cdi_modes
-from nvct.cdi.features import for_jit
 from nvct.cdi.registry import Registry, container_edits
 from nvct.discover.driver import Driver
 from nvct.doctor import clipaths
-from nvct.edits import build as injection, sandbox, steps as kinds
+from nvct.doctor.rewritten import edits_of
+from nvct.edits import build as injection, steps as kinds
 from nvct.edits.build import selection_for
-from nvct.edits.model import ContainerEdits, Hook, as_chain, with_reason
-from nvct.edits.steps import MaskParams
+from nvct.edits.model import ContainerEdits, as_chain, with_reason
 from nvct.hooks.compat import compat_choice
 from nvct.modifier import legacy as realize, modes
-from nvct.modifier.modes import GPU_REQUEST_ENV
 from nvct.oci import runtime as lowlevel, spec as ocispec
 from nvct.oci.spec import merge_env
 from nvct.request import container as request_mod, requirements
@@ -65,7 +62,7 @@ class Explanation:
     requirements: list = field(default_factory=list)
     requirements_note: str = ""
     error: str | None = None
-    #: nvct's edits found in a bundle the shim had already rewritten (see :func:`unrewrite`).
+    #: nvct's edits found in a bundle the shim had already rewritten (see :func:`nvct.doctor.rewritten.unrewrite`).
     rewritten: list = field(default_factory=list)
     #: CUDA forward compat: "used: why", "not used: why" or "not decided: why"; "" without the step.
     compat: str = ""
@@ -124,7 +121,7 @@ def explain(spec: dict, config, *, driver=None, bundle: str | None = None,
             rewritten: Sequence[str] = ()) -> Explanation:
     """What the shim (and, in legacy mode, the hook) would do to ``spec`` under ``config``.
 
-    ``rewritten``: what :func:`unrewrite` took out of ``spec``, to be shown.
+    ``rewritten``: what :func:`nvct.doctor.rewritten.unrewrite` took out of ``spec``, to be shown.
     """
     result = Explanation(configured_mode=config.mode, before=copy.deepcopy(spec), rewritten=list(rewritten))
     try:
@@ -174,7 +171,7 @@ def _compat(result: Explanation, config, driver, bundle: str | None) -> str:
     Error 804 ("forward compatibility was attempted on non supported HW") is the
     usual report when it is used where it cannot work: this says which way and why.
     """
-    edits = result.inside if result.mode == "legacy" else _edits_of(result.before, config, driver)
+    edits = result.inside if result.mode == "legacy" else edits_of(result.before, config, driver)
     compat = None
     for hook in edits.hooks if edits is not None else ():
         chain = as_chain(hook)
@@ -195,148 +192,6 @@ def _compat(result: Explanation, config, driver, bundle: str | None) -> str:
     except NvctError as e:
         return f"not decided: {e}"
     return f"{'used' if folder else 'not used'}: {why}"
-
-
-def unrewrite(spec: dict, config, *, bundle: str | None = None, driver=None) -> tuple[dict, list[str]]:
-    """``spec`` as the engine passed it, when nvct's shim has already rewritten it; and what was found.
-
-    A running container's config.json is the shim's output: jit-cdi and cdi
-    mode replace NVIDIA_VISIBLE_DEVICES by ``void`` (so no hook injects twice)
-    and add nodes, mounts, the params-mask hook and the bundle's params file;
-    legacy mode adds its prestart hook. Explaining that as a request says "no
-    GPU requested". Here nvct's hooks are taken out, and a ``void`` that nvct
-    set is replaced by the request whose edits the spec holds: of the
-    candidates (the GPUs and MIG devices among its device nodes, by index or as
-    CDI names, ``all``, or none in env), the one whose edits the spec contains,
-    the largest. ``(spec, [])`` when the spec was not rewritten.
-    """
-    spec = copy.deepcopy(spec)
-    notes = _drop_legacy_hooks(spec)
-    env = (spec.get("process") or {}).get("env") or []
-    if f"{VISIBLE_DEVICES}=void" not in env or not _jit_marks(spec, bundle, notes):
-        return spec, notes
-
-    driver = driver or Driver.from_config(config)
-    devices = {d.get("path") for d in (spec.get("linux") or {}).get("devices") or ()}
-    targets = {m.get("destination") for m in spec.get("mounts") or ()}
-    base = copy.deepcopy(spec)
-    base["process"]["env"] = [e for e in env if e != f"{VISIBLE_DEVICES}=void"]
-    best = None
-    for value in _candidates(driver, devices, config.mode == "cdi"):
-        trial = copy.deepcopy(base)
-        if value is not None:
-            trial["process"]["env"] = ocispec.merge_env(trial["process"]["env"], [f"{VISIBLE_DEVICES}={value}"])
-        edits = _edits_of(trial, config, driver)
-        if edits is None:
-            continue
-        nodes = {n.path for n in edits.device_nodes}
-        mounts = {m.container_path for m in edits.mounts}
-        if nodes <= devices and mounts <= targets and (best is None or len(nodes) + len(mounts) > best[0]):
-            best = (len(nodes) + len(mounts), value, trial, edits)
-    if best is None:
-        notes.append(f"{VISIBLE_DEVICES}=void, set by nvct's shim; no request gives the edits this spec "
-                     "holds (the node or config changed since), so none is assumed")
-        return base, notes
-    _, value, trial, edits = best
-    _drop_edits(trial, edits)
-    shown = f"{VISIBLE_DEVICES}={value}" if value is not None else f"{VISIBLE_DEVICES} unset"
-    notes.append(f"{VISIBLE_DEVICES}=void, set by nvct's shim; the request whose edits this spec holds: {shown}")
-    notes.append(f"{len(edits.device_nodes)} device node(s) and {len(edits.mounts)} mount(s) the shim added, "
-                 "taken out")
-    return trial, notes
-
-
-def _drop_legacy_hooks(spec: dict) -> list[str]:
-    """Take out legacy mode's prestart hook (its env carries nvct's marker)."""
-    hooks = spec.get("hooks") or {}
-    kept = [h for h in hooks.get("prestart") or () if f"{GPU_REQUEST_ENV}=1" not in (h.get("env") or ())]
-    if len(kept) == len(hooks.get("prestart") or ()):
-        return []
-    hooks["prestart"] = kept
-    return [f"legacy mode's prestart hook, inserted by nvct's shim ({GPU_REQUEST_ENV}=1 in its env), taken out"]
-
-
-def _jit_marks(spec: dict, bundle: str | None, notes: list[str]) -> bool:
-    """Take out the params-mask hook jit-cdi and cdi mode add; whether anything of theirs was found."""
-    found = False
-    hooks = spec.get("hooks") or {}
-    for stage, entries in list(hooks.items()):
-        kept = [h for h in entries or () if not _is_mask_hook(h)]
-        if len(kept) != len(entries or ()):
-            hooks[stage] = kept
-            found = True
-            notes.append(f"the {stage} hook that masks the driver params (nvct.modifier.prepare), taken out")
-    linux = spec.get("linux") or {}
-    found = found or any(str(d.get("path", "")).startswith("/dev/nvidia") for d in linux.get("devices") or ())
-    return found
-
-
-def _is_mask_hook(hook: dict) -> bool:
-    """The chain the shim leaves when it did the rest (nvct.modifier.prepare): the params mask alone."""
-    args = hook.get("args") or []
-    if not all(isinstance(a, str) for a in args):
-        return False
-    chain = as_chain(Hook("createContainer", str(hook.get("path") or ""), tuple(args)))
-    return (chain is not None and chain.root is not None and len(chain.steps) == 1
-            and isinstance(chain.steps[0], MaskParams))
-
-
-def _candidates(driver, devices: set, cdi_first: bool) -> list:
-    """NVIDIA_VISIBLE_DEVICES values that may have given ``devices`` (None: unset); of two that give
-    the same edits the first is taken, so in cdi mode CDI names come first."""
-    try:
-        gpus = driver.gpus
-    except NvctError:
-        gpus = ()
-    migs = [m for g in gpus for m in g.migs
-            if {f"/dev/nvidia-caps/nvidia-cap{m.gi_cap_minor}", f"/dev/nvidia-caps/nvidia-cap{m.ci_cap_minor}"}
-            <= devices]
-    parents = {m.gpu_index for m in migs}
-    whole = [str(g.index) for g in gpus if g.device_path in devices and g.index not in parents]
-    names = whole + [m.name for m in migs]
-    out: list = [None, "all", "nvidia.com/gpu=all"]
-    if names:
-        by_name = [",".join(f"nvidia.com/gpu={n}" for n in names), ",".join(names)]
-        out += by_name if cdi_first else by_name[::-1]
-    elif "/dev/nvidiactl" in devices:
-        out.append("none")
-    return out
-
-
-def _edits_of(spec: dict, config, driver) -> ContainerEdits | None:
-    """The edits the shim would add for ``spec``'s request (without a bundle: nothing is planned)."""
-    try:
-        request = request_mod.from_spec(spec, config)
-        if not request.is_gpu:
-            return ContainerEdits()
-        mode, _ = modes.resolve_mode(config.mode, request)
-        if mode == "legacy":
-            return None
-        if mode == "cdi":
-            return cdi_modes.edits_for(request, config)
-
-        return injection.container_edits(request, driver, config, generation=for_jit(config),
-                                         sandbox=sandbox.wanted(spec, config)[0])
-    except NvctError:
-        return None
-
-
-def _drop_edits(spec: dict, edits: ContainerEdits) -> None:
-    """Take ``edits``' nodes, their device rules, mounts and hooks out of ``spec``."""
-    nodes = {n.path: n for n in edits.device_nodes}
-    numbers = {(n.major, n.minor) for n in edits.device_nodes}
-    mounts = {(m.container_path, m.host_path) for m in edits.mounts}
-    hooks = {(h.path, tuple(h.args)) for h in edits.hooks}
-    linux = spec.get("linux") or {}
-    if linux.get("devices"):
-        linux["devices"] = [d for d in linux["devices"] if d.get("path") not in nodes]
-    rules = (linux.get("resources") or {}).get("devices")
-    if rules:
-        linux["resources"]["devices"] = [r for r in rules if not (r.get("allow") and r.get("type") == "c" and
-                                                                  (r.get("major"), r.get("minor")) in numbers)]
-    spec["mounts"] = [m for m in spec.get("mounts") or () if (m.get("destination"), m.get("source")) not in mounts]
-    for stage, entries in (spec.get("hooks") or {}).items():
-        spec["hooks"][stage] = [h for h in entries or () if (h.get("path"), tuple(h.get("args") or ())) not in hooks]
 
 
 def _no_gpu_reason(request) -> str:
@@ -412,160 +267,10 @@ def _version_or_none(driver) -> str | None:
         return None
 
 
-def spec_diff(result: Explanation) -> str:
-    """The config.json change as a unified diff of the pretty-printed specs."""
-    if result.after is None:
-        return ""
-    before = json.dumps(result.before, indent=2).splitlines(keepends=True)
-    after = json.dumps(result.after, indent=2).splitlines(keepends=True)
-    return "".join(difflib.unified_diff(before, after, "config.json", "config.json (as the shim writes it)"))
-
-
 def _legacy_proc(request, driver, config) -> list[str]:
     """The legacy hook's view of /proc/driver/nvidia (nvct.modifier.legacy)."""
     selection = injection.selection_for(request, driver, config)
     return realize.procfs_paths(realize.procfs_view(request, driver, selection))
-
-
-def to_json(result: Explanation, *, diff: bool = False) -> dict:
-    out: dict[str, Any] = {
-        "configured_mode": result.configured_mode,
-        "mode": result.mode,
-        "why": result.why,
-        "request": _request_json(result.request),
-        "edits": _edits_json(result.edits, result.env_reasons),
-        "inside": _edits_json(result.inside, {}) if result.inside is not None else None,
-        "inside_proc": result.inside_proc,
-        "requirements": {
-            "note": result.requirements_note,
-            "checks": [{"variable": name, "expression": expr, "holds": any(all(h for _, h in alt) for alt in alts),
-                        "alternatives": [[{"condition": c, "holds": h} for c, h in alt] for alt in alts]}
-                       for name, expr, alts in result.requirements],
-        },
-        "error": result.error,
-        "rewritten": result.rewritten,
-        "cuda_compat": result.compat or None,
-    }
-    if result.mode == "legacy" and result.inside is not None:
-        out["inside_note"] = ("legacy mode: the shim only inserts the prestart hook; at container start the "
-                              "hook does 'inside' in the container (the same edits jit-cdi writes into the spec)")
-    if diff:
-        out["diff"] = spec_diff(result)
-    return out
-
-
-def _request_json(request) -> dict | None:
-    if request is None:
-        return None
-    return {
-        "devices": list(request.devices) if request.devices is not None else None,
-        "source": request.source,
-        "capabilities": list(request.capabilities),
-        "requirements": [list(r) for r in request.requirements],
-        "disable_require": request.disable_require,
-        "mig_config": list(request.mig_config),
-        "mig_monitor": list(request.mig_monitor),
-        "imex_channels": list(request.imex_channels),
-        "features": sorted(request.features),
-        "privileged": request.privileged,
-        "legacy_image": request.legacy_image,
-    }
-
-
-def _edits_json(edits: ContainerEdits, env_reasons: dict) -> dict:
-    out = edits.to_json()
-    if edits.env:
-        out["envReasons"] = {e: env_reasons.get(e, "") for e in edits.env}
-    return out
-
-
-def render_text(result: Explanation, *, diff: bool = False) -> str:
-    lines = []
-    if result.rewritten:
-        lines.append("bundle:   already rewritten by nvct's shim; explained is the spec as the engine passed it:")
-        lines += [f"  {note}" for note in result.rewritten]
-    request = result.request
-    if request is not None:
-        lines.append("request:  " + _request_line(request))
-    if result.mode:
-        lines.append(f"mode:     {result.mode} ({result.why})")
-    elif result.why:
-        lines.append(f"mode:     none: {result.why}")
-    if result.error:
-        lines.append(f"error:    the container would not start: {result.error}")
-    if result.mode == "legacy" and result.edits.hooks:
-        lines.append("the shim inserts:")
-        lines += _edit_lines(result.edits, {})
-        if result.inside is not None:
-            lines.append("the hook then does, inside the container at start (the same edits jit-cdi "
-                         "writes into the spec):")
-            lines += _edit_lines(result.inside, {})
-            if result.inside_proc is not None:
-                lines.append("  /proc/driver/nvidia (a read-only tmpfs, when the kernel has it): "
-                             + ", ".join(result.inside_proc))
-    elif result.mode == "legacy":
-        lines.append(f"the shim changes nothing: {result.why}")
-    elif result.mode and not result.error:
-        lines.append("the shim writes into config.json:")
-        lines += _edit_lines(result.edits, result.env_reasons)
-    if result.requirements or result.requirements_note:
-        lines.append(f"requirements ({result.requirements_note}):")
-        for name, expr, alts in result.requirements:
-            verdict = "ok" if any(all(h for _, h in alt) for alt in alts) else "FAILS"
-            detail = " | ".join(", ".join(f"{c} {'ok' if h else 'fails'}" for c, h in alt) for alt in alts)
-            lines.append(f"  {name}={expr!r}: {verdict} ({detail})")
-    if result.compat:
-        lines.append(f"cuda compat: {result.compat}")
-    if diff:
-        lines.append(spec_diff(result).rstrip("\n") or "(config.json unchanged)")
-    return "\n".join(lines) + "\n"
-
-
-def _request_line(request) -> str:
-    if request.devices is None:
-        devices = "none asked for"
-    else:
-        devices = ", ".join(request.devices) if request.devices else "none (driver files only)"
-    parts = [f"devices {devices} (from {request.source})",
-             f"capabilities {','.join(request.capabilities)}"]
-    if request.privileged:
-        parts.append("privileged")
-    if request.features:
-        parts.append("features " + ",".join(sorted(request.features)))
-    if request.mig_config or request.mig_monitor:
-        parts.append(f"MIG config {','.join(request.mig_config) or '-'}, "
-                     f"monitor {','.join(request.mig_monitor) or '-'}")
-    if request.imex_channels:
-        parts.append("IMEX channels " + ",".join(request.imex_channels))
-    if request.legacy_image:
-        parts.append("legacy image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA)")
-    return "; ".join(parts)
-
-
-def _edit_lines(edits: ContainerEdits, env_reasons: dict) -> list[str]:
-    lines = []
-    if edits.device_nodes:
-        lines.append(f"  device nodes ({len(edits.device_nodes)}):")
-        for n in edits.device_nodes:
-            mode = f" {n.file_mode:04o}" if n.file_mode is not None else ""
-            host = f" <- {n.host_path}" if n.host_path and n.host_path != n.path else ""
-            lines.append(f"    {n.path} {n.type} {n.major}:{n.minor}{mode}{host}  # {n.reason}")
-    if edits.mounts:
-        lines.append(f"  mounts ({len(edits.mounts)}):")
-        for m in edits.mounts:
-            host = f" <- {m.host_path}" if m.host_path != m.container_path else ""
-            lines.append(f"    {m.container_path}{host} ({','.join(m.options)})  # {m.reason}")
-    if edits.env:
-        lines.append(f"  env ({len(edits.env)}):")
-        lines += [f"    {e}" + (f"  # {env_reasons[e]}" if env_reasons.get(e) else "") for e in edits.env]
-    if edits.hooks:
-        lines.append(f"  hooks ({len(edits.hooks)}):")
-        for h in edits.hooks:
-            env = f" env {' '.join(h.env)}" if h.env else ""
-            lines.append(f"    {h.hook_name}: {h.path} {' '.join(h.args[1:])}{env}  # {h.reason}")
-    if not lines:
-        lines.append("  nothing")
-    return lines
 
 
 def _pair(item: str, option: str) -> tuple[str, str]:
@@ -594,20 +299,3 @@ def explain_gpus(cli: str, value: str, route, dirs: Sequence[str]) -> dict:
     else:
         out["error"] = route.why
     return out
-
-
-def render_gpus(result: dict) -> str:
-    head = f"{result['cli']} run --gpus {result['value']}:"
-    lines = [f"{head} no path" if result["error"] and not result.get("names")
-             else f"{head} the {result['path']} path ({result['why']})"]
-    if result.get("names"):
-        lines.append(f"CDI devices: {', '.join(result['names'])} (from {', '.join(result['spec_dirs'])})")
-    if result.get("env"):
-        lines.append(f"the hook ({result['program']}) gets {result['env']}; what it then does: "
-                     f"nvct explain -e {result['env']} (legacy mode)")
-    if result["error"]:
-        lines.append(f"error:    the container would not start: {result['error']}")
-    elif result.get("edits") is not None:
-        lines.append("the engine applies from the spec:")
-        lines += _edit_lines(result["edits"], {})
-    return "\n".join(lines) + "\n"

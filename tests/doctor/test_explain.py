@@ -9,7 +9,7 @@ import pytest
 
 from nvct.base.errors import RequestError
 from nvct.config import file as config_mod
-from nvct.doctor import explain
+from nvct.doctor import explain, explainview, rewritten
 from nvct.edits import build as injection
 from nvct.modifier import modes
 from nvct.request import container as request_mod
@@ -93,9 +93,9 @@ def test_legacy_shows_the_hook_and_what_it_does_inside(node):
     driver = node.driver()
     assert result.inside == injection.container_edits(request_mod.from_spec(spec, config), driver, config)
     assert all(reasons(result.inside))
-    data = explain.to_json(result)
+    data = explainview.to_json(result)
     assert "the shim only inserts the prestart hook" in data["inside_note"]
-    text = explain.render_text(result)
+    text = explainview.render_text(result)
     assert "the shim inserts:" in text and "the hook then does, inside the container at start" in text
 
 
@@ -109,9 +109,9 @@ def test_legacy_shows_what_proc_driver_nvidia_will_show(node):
     result = explain.explain(gpu_spec("NVIDIA_VISIBLE_DEVICES=0:1"), config_for(node, "legacy"))
     gi = f"capabilities/gpu{gpus[0]['minor']}/mig/gi{mig['gi']}"
     assert result.inside_proc[3:] == [f"gpus/{gpus[0]['bus_id']}", f"{gi}/access", f"{gi}/ci{mig['ci']}/access"]
-    assert explain.to_json(result)["inside_proc"] == result.inside_proc
+    assert explainview.to_json(result)["inside_proc"] == result.inside_proc
     assert f"/proc/driver/nvidia (a read-only tmpfs, when the kernel has it): params, version, registry, " \
-        f"gpus/{gpus[0]['bus_id']}, {gi}/access" in explain.render_text(result)
+        f"gpus/{gpus[0]['bus_id']}, {gi}/access" in explainview.render_text(result)
 
 
 def test_legacy_with_an_nvidia_hook_already_there_changes_nothing(node):
@@ -139,7 +139,7 @@ def test_a_container_without_a_gpu_request_passes_through(node):
     assert result.mode is None and result.after == result.before
     assert result.why == ("no GPU requested (NVIDIA_VISIBLE_DEVICES is not set): "
                           "the shim passes the container through untouched")
-    assert "mode:     none: no GPU requested" in explain.render_text(result)
+    assert "mode:     none: no GPU requested" in explainview.render_text(result)
 
 
 def test_an_unprivileged_env_request_can_be_refused_by_config(node):
@@ -182,8 +182,8 @@ def test_an_unsatisfied_requirement_is_the_error_the_start_would_fail_with(node,
     result = explain.explain(gpu_spec("NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=13.0"),
                              config_for(node, mode))
     assert result.error.startswith("unsatisfied condition: cuda>=13.0")
-    assert "requirements (enforced by" in explain.render_text(result)
-    assert "FAILS (cuda>=13.0 fails)" in explain.render_text(result)
+    assert "requirements (enforced by" in explainview.render_text(result)
+    assert "FAILS (cuda>=13.0 fails)" in explainview.render_text(result)
 
 
 def test_a_bad_request_is_the_error(node):
@@ -195,7 +195,7 @@ def test_a_bad_request_is_the_error(node):
 
 
 def test_the_diff_is_the_config_json_change(node):
-    diff = explain.spec_diff(explain.explain(gpu_spec(), config_for(node, "jit-cdi")))
+    diff = explainview.spec_diff(explain.explain(gpu_spec(), config_for(node, "jit-cdi")))
     assert diff.startswith("--- config.json\n+++ config.json (as the shim writes it)\n")
     assert '-      "NVIDIA_VISIBLE_DEVICES=0"\n' in diff
     assert '+      "NVIDIA_VISIBLE_DEVICES=void"\n' in diff
@@ -203,7 +203,7 @@ def test_the_diff_is_the_config_json_change(node):
 
 
 def test_json_carries_request_edits_and_reasons(node):
-    data = explain.to_json(explain.explain(gpu_spec(), config_for(node, "jit-cdi")), diff=True)
+    data = explainview.to_json(explain.explain(gpu_spec(), config_for(node, "jit-cdi")), diff=True)
     assert data["mode"] == "jit-cdi" and data["configured_mode"] == "jit-cdi"
     assert data["request"]["devices"] == ["0"] and data["request"]["capabilities"] == ["compute", "utility"]
     assert all(d["reason"] for d in data["edits"]["deviceNodes"] + data["edits"]["mounts"] + data["edits"]["hooks"])
@@ -237,7 +237,7 @@ def test_spec_from_options_rejects_malformed_options(kwargs, message):
 def test_a_void_that_nvct_did_not_set_is_the_request():
     """NVIDIA_VISIBLE_DEVICES=void from the engine (no nvct hook, node or params file): no GPU asked."""
     spec = gpu_spec("NVIDIA_VISIBLE_DEVICES=void")
-    assert explain.unrewrite(spec, config_mod.Config(env={})) == (spec, [])
+    assert rewritten.unrewrite(spec, config_mod.Config(env={})) == (spec, [])
 
 
 @pytest.mark.parametrize("value", ["0,3", "0:1", "none", "all"])
@@ -247,7 +247,7 @@ def test_unrewrite_finds_the_request_in_what_the_shim_wrote(node, value):
     original = gpu_spec(f"NVIDIA_VISIBLE_DEVICES={value}")
     written = shim_writes(original, config)
     assert "NVIDIA_VISIBLE_DEVICES=void" in written["process"]["env"]
-    spec, notes = explain.unrewrite(written, config)
+    spec, notes = rewritten.unrewrite(written, config)
     assert f"the request whose edits this spec holds: NVIDIA_VISIBLE_DEVICES={value}" in notes[-2]
     assert explain.explain(spec, config).edits.to_json() == explain.explain(original, config).edits.to_json()
 
@@ -261,6 +261,6 @@ def test_unrewrite_builds_jit_cdi_edits_with_the_configs_nvcdi_choices(node, key
     config.data["nvidia-container-runtime"].setdefault("modes", {}).setdefault("jit-cdi", {})[key] = value
     original = gpu_spec("NVIDIA_VISIBLE_DEVICES=0,3")
     written = shim_writes(original, config)
-    spec, notes = explain.unrewrite(written, config)
+    spec, notes = rewritten.unrewrite(written, config)
     assert "the request whose edits this spec holds: NVIDIA_VISIBLE_DEVICES=0,3" in notes[-2]
     assert explain.explain(spec, config).edits.to_json() == explain.explain(original, config).edits.to_json()

@@ -146,7 +146,7 @@ def test_a_hostile_note_is_bounded(tmp_path):
 def test_explain_says_why_compat_was_or_was_not_chosen(sim_node, tmp_path, mode, branches, verdict):
     """The error-804 question (is the image's compat libcuda used on this host, and why) in nvct explain."""
     from nvct.config import file as config_mod
-    from nvct.doctor import explain
+    from nvct.doctor import explain, explainview
     from nvct.oci import spec as ocispec
     from tests.support.bundle import make_bundle
     from tests.support.rootfs import make_rootfs
@@ -169,8 +169,8 @@ def test_explain_says_why_compat_was_or_was_not_chosen(sim_node, tmp_path, mode,
     assert "libcuda.so.575.57.08" in result.compat
     if verdict == "not used: ":
         assert "not the host's 550" in result.compat and "804" in result.compat
-    assert f"cuda compat: {result.compat}" in explain.render_text(result)
-    assert explain.to_json(result)["cuda_compat"] == result.compat
+    assert f"cuda compat: {result.compat}" in explainview.render_text(result)
+    assert explainview.to_json(result)["cuda_compat"] == result.compat
 
 
 @pytest.mark.parametrize("plant", ["fifo", "escaping-link", "directory"])
