@@ -19,26 +19,15 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from nvct.base.errors import ConfigError
-from nvct.engines.change import (
-    BACKUP_SUFFIX,
-    CLI_OWNER,
-    RECORD_SUFFIX,
-    Change,
-    FileChange,
-    backup_path,
-    file_change,
-    installer_owner,
-    load_record,
-    merged_record,
-    record_path,
-    undo_from_record,
-)
+from nvct.engines.change import BACKUP_SUFFIX, Change, FileChange, backup_path, file_change
 from nvct.engines.containerd import ContainerdEngine
 from nvct.engines.crio import CrioEngine
 from nvct.engines.docker import DockerEngine
 from nvct.engines.document import JsonDocument
 from nvct.engines.engine import Engine, Options, load_command_source, read_file
 from nvct.engines.ocihook import DEFAULT_HOOK_BINARY, hook_json, hook_spec
+from nvct.engines.record import CLI_OWNER, RECORD_SUFFIX, installer_owner, load_record, merged_record, record_path
+from nvct.engines.undo import undo_from_record
 
 __all__ = [
     "BACKUP_SUFFIX", "CLI_OWNER", "RECORD_SUFFIX", "DEFAULT", "ENGINES", "Change", "FileChange", "Engine", "Options",

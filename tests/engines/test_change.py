@@ -9,7 +9,7 @@ import pytest
 
 from nvct import engines as runtimes
 from nvct.base.errors import ConfigError
-from nvct.engines.change import load_record
+from nvct.engines.record import load_record
 
 NVIDIA = "/usr/bin/nvidia-container-runtime"
 DAEMON_JSON = b'{\n  "log-driver": "json-file",\n  "default-runtime": "runc"\n}\n'
@@ -95,7 +95,8 @@ def test_configure_after_someone_edited_the_file_records_their_value(daemon_json
 
 def test_a_record_left_by_a_crash_before_the_write_is_harmless(daemon_json):
     change = runtimes.configure("docker", str(daemon_json), {"nvidia": NVIDIA}, dry_run=True)
-    from nvct.engines.change import _write_record, record_path
+    from nvct.engines.change import _write_record
+    from nvct.engines.record import record_path
 
     _write_record(record_path(str(daemon_json)), change.record)  # the record, but not the config
     runtimes.unconfigure("docker", str(daemon_json))
