@@ -21,10 +21,8 @@ _KERNEL_MODULE = "Kernel Module"
 
 class GpuInfo(Record):
     """One ``gpus/<bus>/information`` file."""
-    __slots__ = ('bus_id', 'model', 'uuid', 'minor', 'excluded')
-    _defaults = {'excluded': False}
-
-
+    __slots__ = ("bus_id", "model", "uuid", "minor", "excluded")
+    _defaults = {"excluded": False}
     bus_id: str
     model: str
     uuid: str
@@ -34,7 +32,7 @@ class GpuInfo(Record):
 
 class MigInstance(Record):
     """A MIG device as the caps tree shows it: GPU instance + compute instance."""
-    __slots__ = ('gpu_minor', 'gi', 'ci')
+    __slots__ = ("gpu_minor", "gi", "ci")
 
 
     gpu_minor: int

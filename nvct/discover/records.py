@@ -8,7 +8,7 @@ from nvct.discover.catalog import COMPAT32_ARCHES
 
 class Library(Record):
     """A driver library: ``path`` is where it lies under the driver root (and in the container)."""
-    __slots__ = ('path', 'soname', 'capability', 'arch')
+    __slots__ = ("path", "soname", "capability", "arch")
 
 
     path: str
@@ -24,7 +24,7 @@ class Library(Record):
 
 class MigDevice(Record):
 
-    __slots__ = ('gpu_index', 'index', 'gi', 'ci', 'gi_cap_minor', 'ci_cap_minor')
+    __slots__ = ("gpu_index", "index", "gi", "ci", "gi_cap_minor", "ci_cap_minor")
     gpu_index: int
     index: int
     gi: int
@@ -39,8 +39,8 @@ class MigDevice(Record):
 
 class Gpu(Record):
 
-    __slots__ = ('index', 'minor', 'uuid', 'bus_id', 'model', 'migs')
-    _defaults = {'migs': ()}
+    __slots__ = ("index", "minor", "uuid", "bus_id", "model", "migs")
+    _defaults = {"migs": ()}
     _uncompared = frozenset({'migs'})
     index: int
     minor: int
@@ -60,10 +60,8 @@ class Gpu(Record):
 
 class Node(Record):
     """A character device node of the driver, as a container should see it."""
-    __slots__ = ('path', 'major', 'minor', 'host_path', 'file_mode')
-    _defaults = {'file_mode': None}
-
-
+    __slots__ = ("path", "major", "minor", "host_path", "file_mode")
+    _defaults = {"file_mode": None}
     path: str
     major: int
     minor: int

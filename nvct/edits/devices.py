@@ -17,10 +17,8 @@ _BUS_PATTERN = r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0
 
 class Selection(Record):
     """Whole GPUs and MIG devices chosen for one container, in request order."""
-    __slots__ = ('gpus', 'migs')
-    _defaults = {'gpus': (), 'migs': ()}
-
-
+    __slots__ = ("gpus", "migs")
+    _defaults = {"gpus": (), "migs": ()}
     gpus: tuple[Gpu, ...]
     migs: tuple[tuple[Gpu, MigDevice], ...]
 
