@@ -22,6 +22,8 @@ import threading
 import pytest
 from hypothesis import settings
 
+from tests.support.fixtures import skip
+
 #: Hypothesis's own deadline is a wall-clock assertion: none here (timing goes in tests/perf).
 settings.register_profile("dev", deadline=None)
 #: The same examples on every run: a CI failure reproduces, a CI pass is not a lucky draw.
@@ -167,7 +169,7 @@ def pytest_runtest_makereport(item, call):
 
 def _node(tmp_path_factory, **options):
     if os.geteuid() != 0:
-        pytest.skip("needs root (builds a simulated GPU node with mknod)")
+        skip("needs root (builds a simulated GPU node with mknod)")
     from nvct.simulate.node import cached_node
 
     return cached_node(tmp_path_factory.getbasetemp() / "sim", **options)

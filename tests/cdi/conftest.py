@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from nvct.cdi import encoding
-from tests.support.fixtures import busybox_image_tar, oci_runtime, private_podman, rootfs  # noqa: F401 - fixtures
+from tests.support.fixtures import busybox_image_tar, oci_runtime, private_podman, rootfs, skip  # noqa: F401 - fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,7 +42,7 @@ def write_spec(directory, name: str, spec, fmt: str | None = None) -> str:
 
 def _need_root() -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root (the simulated node's device nodes are made with mknod)")
+        skip("needs root (the simulated node's device nodes are made with mknod)")
 
 
 @pytest.fixture(scope="session")
@@ -126,7 +126,7 @@ def gated_node(tmp_path_factory):
     """A node of its own with two NVSwitches, GDS, MOFED and GDRCopy nodes, /etc/cufile.json, /run/udev,
     and a render node of group 44 (video) mode 0660."""
     if os.geteuid() != 0:
-        pytest.skip("needs root (mknod)")
+        skip("needs root (mknod)")
     import json
 
     from nvct.simulate.node import build_node

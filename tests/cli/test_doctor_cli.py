@@ -9,12 +9,13 @@ import subprocess
 import pytest
 
 from tests.doctor.nodes import GpuNode, clean_env, entry_point, fake_dockerd
+from tests.support.fixtures import skip
 
 
 @pytest.fixture
 def node(tmp_path) -> GpuNode:
     if os.geteuid() != 0:
-        pytest.skip("needs root (the simulated node's device nodes are made with mknod)")
+        skip("needs root (the simulated node's device nodes are made with mknod)")
     return GpuNode(tmp_path)
 
 

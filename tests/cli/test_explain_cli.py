@@ -18,13 +18,16 @@ import pytest
 
 from nvct.doctor import explain
 from tests.doctor.nodes import GpuNode, clean_env, entry_point, write
-from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
+from tests.support.fixtures import (
+    rootfs,  # noqa: F401 - fixtures
+    skip,
+)
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory) -> GpuNode:
     if os.geteuid() != 0:
-        pytest.skip("needs root (the simulated node's device nodes are made with mknod)")
+        skip("needs root (the simulated node's device nodes are made with mknod)")
     return GpuNode(tmp_path_factory.mktemp("explain-cli"))
 
 
@@ -131,7 +134,7 @@ def test_explain_needs_a_bundle_or_env(node, bins):
 def real_node(tmp_path_factory) -> GpuNode:
     """A node whose config runs real containers (runc, nvct's hooks)."""
     if os.geteuid() != 0:
-        pytest.skip("needs root (the simulated node's device nodes are made with mknod)")
+        skip("needs root (the simulated node's device nodes are made with mknod)")
     return GpuNode(tmp_path_factory.mktemp("explain-rewritten"), real=True)
 
 

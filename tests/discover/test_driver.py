@@ -9,6 +9,7 @@ import pytest
 
 from nvct.config import file as config_mod
 from nvct.discover.driver import Driver
+from tests.support.fixtures import skip
 
 NVCT = os.path.join(os.path.dirname(sys.executable), "nvct")
 
@@ -88,7 +89,7 @@ def test_tls_library_needs_the_new_abi_note(sim_node, tmp_path):
 @pytest.fixture(scope="module")
 def grace_node(tmp_path_factory):
     if os.geteuid() != 0:
-        pytest.skip("needs root (builds a simulated GPU node with mknod, registers binfmt_misc)")
+        skip("needs root (builds a simulated GPU node with mknod, registers binfmt_misc)")
     from tests.support import arm64
 
     return arm64.grace_node(tmp_path_factory.getbasetemp() / "sim")
@@ -133,7 +134,7 @@ def test_nvml_of_another_architecture_says_so(grace_node):
 
     driver = Driver.from_config(config_mod.load(grace_node["config"]))
     if os.uname().machine == "aarch64":
-        pytest.skip("this machine is aarch64: its NVML loads")
+        skip("this machine is aarch64: its NVML loads")
     with pytest.raises(DriverError, match=r"libnvidia-ml\.so\.1: cannot load NVML: an aarch64 library, "
                                           r"and this machine is x86_64"):
         driver.nvml()

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from nvct.base.errors import CacheError
 from nvct.discover import ldcache
 from nvct.discover.ldcache import Entry
+from tests.support.fixtures import skip
 
 NATIVE = "<" if sys.byteorder == "little" else ">"
 X86_64 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
@@ -342,7 +343,7 @@ def ldconfig_root(tmp_path_factory):
 @pytest.mark.parametrize("fmt", ["new", "old", "compat"])
 def test_matches_ldconfig_print(ldconfig_root, fmt):
     if fmt not in _ldconfig_formats():
-        pytest.skip(f"this ldconfig cannot write the {fmt} format")
+        skip(f"this ldconfig cannot write the {fmt} format")
     name = f"/etc/ld.so.cache.{fmt}"
     subprocess.run(["ldconfig", "-X", "-r", str(ldconfig_root), "-c", fmt, "-C", name], check=True)
     cache = ldconfig_root / name.lstrip("/")

@@ -6,14 +6,14 @@ import os
 
 import pytest
 
-from tests.support.fixtures import busybox_image_tar, pause_image_tar, rootfs  # noqa: F401 - fixtures
+from tests.support.fixtures import busybox_image_tar, pause_image_tar, rootfs, skip  # noqa: F401 - fixtures
 
 from .nodes import GpuNode
 
 
 def _need_root() -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root (the simulated node's device nodes are made with mknod)")
+        skip("needs root (the simulated node's device nodes are made with mknod)")
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 from nvct import doctor
+from tests.support.fixtures import skip
 
 from .nodes import GpuNode, needs_root, one, problems, write
 
@@ -89,9 +90,8 @@ def test_persistence_mode_is_only_queried_when_deep(node):
 
 def test_a_node_built_without_device_nodes_warns_about_nodes_and_nvml(tmp_path):
     if os.geteuid() != 0:
-        import pytest
 
-        pytest.skip("needs root (ldconfig -r, and GpuNode's other setup)")
+        skip("needs root (ldconfig -r, and GpuNode's other setup)")
     bare = GpuNode(tmp_path, device_nodes=False, mig=False)
     found = {f.id: f.status for f in problems(bare.doctor())}
     assert found["devices.nodes"] == found["driver.nvml"] == "warn"

@@ -14,12 +14,13 @@ from nvct.edits import build as injection
 from nvct.modifier import modes
 from nvct.request import container as request_mod
 from tests.doctor.nodes import GpuNode
+from tests.support.fixtures import skip
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory) -> GpuNode:
     if os.geteuid() != 0:
-        pytest.skip("needs root (the simulated node's device nodes are made with mknod)")
+        skip("needs root (the simulated node's device nodes are made with mknod)")
     return GpuNode(tmp_path_factory.mktemp("explain"))
 
 

@@ -11,12 +11,13 @@ import pytest
 from nvct import doctor
 from nvct.doctor import permissions
 from nvct.linux import ownership
+from tests.support.fixtures import skip
 
 
 @pytest.fixture(autouse=True)
 def _root():
     if os.geteuid() != 0:
-        pytest.skip("needs root (the chain must be root-owned)")
+        skip("needs root (the chain must be root-owned)")
 
 
 def _install_like_pip(tmp_path):
@@ -52,7 +53,7 @@ def _clean_interpreter_and_packages() -> bool:
 
 def test_a_clean_install_is_ok_and_each_loosened_link_of_the_chain_is_named(tmp_path):
     if not _clean_interpreter_and_packages():
-        pytest.skip("this checkout itself is writable by others than root")
+        skip("this checkout itself is writable by others than root")
     venv, config = _install_like_pip(tmp_path)
     found = _finding(tmp_path, venv, config)
     assert found.status == "ok", found

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from tests.support import arm64
+from tests.support.fixtures import skip
 from tests.support.gpu_runs import need_runtime, node_config, run_gpu
 
 pytestmark = pytest.mark.containers
@@ -45,7 +46,7 @@ def _no_false_failure(found: dict, platform: str) -> None:
 @pytest.fixture
 def tegra(tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("needs root (mknod, binfmt_misc)")
+        skip("needs root (mknod, binfmt_misc)")
     need_runtime("runc")
     arm64.ensure_binfmt()
     from nvct.simulate.tegra import build_tegra_node
@@ -56,7 +57,7 @@ def tegra(tmp_path):
 @pytest.fixture
 def wsl(tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("needs root (mknod /dev/dxg)")
+        skip("needs root (mknod /dev/dxg)")
     need_runtime("runc")
     from nvct.simulate.wsl import build_wsl_node
 

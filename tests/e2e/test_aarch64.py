@@ -16,6 +16,7 @@ import pytest
 
 from tests.support import arm64
 from tests.support.bundle import add_hook, make_bundle
+from tests.support.fixtures import skip
 from tests.support.gpu_runs import PATH_ENV, VENV_BIN, need_runtime, node_config, run_gpu
 from tests.support.runtimes import run_container
 
@@ -35,7 +36,7 @@ LDCONFIG = ("ldconfig -p | sed 1d > /tmp/patched && cat /tmp/patched && ldconfig
 @pytest.fixture(scope="session")
 def grace_node(tmp_path_factory):
     if os.geteuid() != 0:
-        pytest.skip("needs root (builds a simulated GPU node with mknod, registers binfmt_misc)")
+        skip("needs root (builds a simulated GPU node with mknod, registers binfmt_misc)")
     return arm64.grace_node(tmp_path_factory.getbasetemp() / "sim")
 
 

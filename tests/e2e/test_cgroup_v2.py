@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.conftest import HOOK, PATH_ENV, VENV_BIN, expected_nodes, node_config
 from tests.support.bundle import edit_config, make_bundle
-from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries, need_root, need_rootfs_tools
+from tests.support.fixtures import BUSYBOX_IMAGE, need_binaries, need_root, need_rootfs_tools, skip
 from tests.support.proc import wait_until
 from tests.support.runtimes import RUNTIMES, run_container
 
@@ -45,7 +45,7 @@ def v2_runc():
     need_binaries(RUNTIMES["runc"][0], "/usr/bin/unshare")
     reason = _v2_ok()
     if reason:
-        pytest.skip(reason)
+        skip(reason)
     return V2_RUNC
 
 
@@ -246,7 +246,7 @@ def v2_dockerd(tmp_path_factory, sim_node, busybox_image_tar):
     need_binaries("/usr/sbin/dockerd", "/usr/bin/docker", RUNTIMES["runc"][0], "/usr/bin/unshare")
     reason = _v2_ok()
     if reason:
-        pytest.skip(reason)
+        skip(reason)
     from tests.support.docker import Dockerd
 
     config = node_config(tmp_path_factory.mktemp("docker-v2"), sim_node, mode="legacy")

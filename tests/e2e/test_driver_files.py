@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from tests.support.fixtures import skip
 from tests.support.gpu_runs import need_runtime, run_gpu
 
 pytestmark = pytest.mark.containers
@@ -27,7 +28,7 @@ FILES = (f"{LIB}/libnvidia-nvvm70.so.4", f"{LIB}/libnvidia-egl-wayland2.so.1", f
 
 def _node(base) -> dict:
     if os.geteuid() != 0:
-        pytest.skip("needs root (builds a simulated GPU node with mknod)")
+        skip("needs root (builds a simulated GPU node with mknod)")
     from nvct.simulate.node import build_node
 
     return build_node(os.path.join(str(base), "node"), driver_version=VERSION, mig=False, gpus=2)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.e2e.conftest import PATH_ENV, SHIM, expected_nodes, node_config
 from tests.support.bundle import make_bundle
+from tests.support.fixtures import skip
 from tests.support.runtimes import run_container
 
 pytestmark = pytest.mark.containers
@@ -119,7 +120,7 @@ def test_satisfied_requirement_starts(tmp_path, sim_node, rootfs, gpu_runtimes):
 def test_device_cgroup_allows_exactly_the_injected_nodes(tmp_path, sim_node, rootfs, gpu_runtimes, mode):
     # cgroup v1 (this machine): jit-cdi has runc write the rules, legacy has the hook write devices.allow.
     if not os.path.exists("/sys/fs/cgroup/devices/devices.list"):
-        pytest.skip("needs the cgroup v1 devices controller (this check reads devices.list)")
+        skip("needs the cgroup v1 devices controller (this check reads devices.list)")
     uvm = sim_node["device_majors"]["nvidia-uvm"]
     result = run_gpu(tmp_path, sim_node, rootfs, runtime="runc", mode=mode, env=["NVIDIA_VISIBLE_DEVICES=1"],
                      command=f"grep -E '^c (195|{uvm}):' /sys/fs/cgroup/devices/devices.list")
@@ -166,7 +167,7 @@ def test_the_driver_wins_over_a_stub_the_images_own_cache_resolves(tmp_path, sim
     from tests.support.rootfs import make_rootfs, refresh_ld_cache
 
     if shutil.which("gcc") is None:
-        pytest.skip("needs gcc (builds the image's stub libcuda.so.1)")
+        skip("needs gcc (builds the image's stub libcuda.so.1)")
     rootfs = make_rootfs(str(tmp_path), name="image-with-cached-stub")
     os.makedirs(os.path.join(rootfs, "opt/stub"))
     source = tmp_path / "stub.c"

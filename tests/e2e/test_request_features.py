@@ -10,6 +10,7 @@ import pytest
 
 from tests.e2e.conftest import PATH_ENV, SHIM, node_config
 from tests.support.bundle import make_bundle
+from tests.support.fixtures import skip
 from tests.support.runtimes import run_container
 
 pytestmark = pytest.mark.containers
@@ -82,7 +83,7 @@ def test_cuda_forward_compat_libraries_only_when_newer(tmp_path, sim_node, rootf
 def node_with_extra_devices(tmp_path_factory):
     """A node of its own with the device classes NVIDIA_GDS/MOFED/NVSWITCH/GDRCOPY switch on."""
     if os.geteuid() != 0:
-        pytest.skip("needs root (mknod)")
+        skip("needs root (mknod)")
     from nvct.simulate.node import build_node
 
     node = build_node(tmp_path_factory.mktemp("extra") / "node")

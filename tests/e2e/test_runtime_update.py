@@ -31,7 +31,7 @@ from tests.e2e.test_cgroup_v2 import OPEN, V2_RUNC, _v2_ok
 from tests.e2e.test_refresh_units import RUNC as OUTER_RUNC, SYSTEMD, SystemdContainer
 from tests.packaging.pkgtest import REPO
 from tests.support.bundle import edit_config, make_bundle, read_config
-from tests.support.fixtures import need_binaries, need_root
+from tests.support.fixtures import need_binaries, need_root, skip
 from tests.support.gpu_runs import need_runtime
 from tests.support.legacy_front import gpu_front, shim_env
 from tests.support.proc import run, short_tempdir, unique_id, wait_until
@@ -48,7 +48,7 @@ def _wrapped(cgroup: str) -> list[str]:
         return []
     reason = _v2_ok()
     if reason:
-        pytest.skip(reason)
+        skip(reason)
     return V2_RUNC[:-1]
 
 
@@ -135,7 +135,7 @@ def systemd_box(request, tmp_path, tmp_path_factory):
     if request.param == "v2":
         reason = _v2_ok()
         if reason:
-            pytest.skip(reason)
+            skip(reason)
         box = _V2Box(str(tmp_path / "sd"), binds, prepare="mount -t cgroup2 cgroup2 /sys/fs/cgroup")
     else:
         box = SystemdContainer(str(tmp_path / "sd"), binds, prepare=":")

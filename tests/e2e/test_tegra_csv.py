@@ -17,6 +17,7 @@ import yaml
 from nvct.cdi import spec as spec_mod
 from tests.e2e.conftest import VENV_BIN
 from tests.support import arm64
+from tests.support.fixtures import skip
 from tests.support.gpu_runs import assert_untouched, host_victim, need_runtime, refusal, run_gpu
 
 pytestmark = pytest.mark.containers
@@ -34,7 +35,7 @@ _STANDARD = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random", "
 @pytest.fixture(scope="module")
 def tegra_node(tmp_path_factory):
     if os.geteuid() != 0:
-        pytest.skip("needs root (mknod, binfmt_misc)")
+        skip("needs root (mknod, binfmt_misc)")
     arm64.ensure_binfmt()
     from nvct.simulate.tegra import build_tegra_node
 

@@ -18,7 +18,7 @@ import yaml
 
 from nvct.cdi import spec as spec_mod
 from tests.e2e.conftest import VENV_BIN
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, private_podman  # noqa: F401 - fixtures
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, private_podman, skip  # noqa: F401 - fixtures
 from tests.support.gpu_runs import assert_untouched, host_victim, need_runtime, refusal, run_gpu
 from tests.support.podman import CDI_DIRS, cdi_spec, unique_cdi_vendor
 
@@ -30,7 +30,7 @@ NVCT = os.path.join(VENV_BIN, "nvct")
 @pytest.fixture(scope="module")
 def wsl_node(tmp_path_factory):
     if os.geteuid() != 0:
-        pytest.skip("needs root (mknod /dev/dxg)")
+        skip("needs root (mknod /dev/dxg)")
     from nvct.simulate.wsl import build_wsl_node
 
     return build_wsl_node(tmp_path_factory.mktemp("wsl") / "node")

@@ -13,6 +13,7 @@ import pytest
 from nvct.config import file as config_mod
 from nvct.discover import inventory
 from nvct.discover.driver import Driver
+from tests.support.fixtures import skip
 
 BIN = os.path.dirname(sys.executable)
 
@@ -43,7 +44,7 @@ def test_nvml_binding_on_the_real_library():
 def test_gpu_container_through_the_shim(tmp_path, mode):
     runc = shutil.which("runc") or os.environ.get("NVCT_RUNC")
     if not runc or os.geteuid() != 0:
-        pytest.skip("needs root and runc (set NVCT_RUNC to a carried runc binary)")
+        skip("needs root and runc (set NVCT_RUNC to a carried runc binary)")
     rootfs = tmp_path / "rootfs"
     for d in ("bin", "dev", "proc", "sys", "etc", "tmp", "usr/lib/x86_64-linux-gnu", "lib64", "lib/x86_64-linux-gnu"):
         (rootfs / d).mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nvct.linux import bpf
+from tests.support.fixtures import skip
 
 UNIFIED = next((p for p in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
                 if os.path.exists(f"{p}/cgroup.procs") and not os.path.exists(f"{p}/devices.list")), None)
@@ -205,7 +206,7 @@ for path in sys.argv[2:]:
 def nodes(tmp_path_factory):
     """Device nodes of every kind, major and minor the rules name, and some they do not."""
     if os.geteuid() != 0:
-        pytest.skip("needs root (mknod)")
+        skip("needs root (mknod)")
     folder = tmp_path_factory.mktemp("nodes")
     out = []
     for kind, mode in (("c", stat.S_IFCHR), ("b", stat.S_IFBLK)):

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from nvct.base.errors import NvctError
 from nvct.linux import elf
 from nvct.linux.elf import ElfInfo
+from tests.support.fixtures import skip
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -63,7 +64,7 @@ def libs32(tmp_path_factory):
         input=C_SOURCE, capture_output=True, text=True,
     )
     if probe.returncode != 0:
-        pytest.skip("gcc -m32 cannot link (install gcc-multilib)")
+        skip("gcc -m32 cannot link (install gcc-multilib)")
     return {
         "tagged32": _build(d, "libtagged32.so.1", "-m32", "-Wl,-soname,libtagged32.so.1", abi_tag=True),
         "nostdlib32": _build(d, "libbare32.so.2", "-m32", "-nostdlib", "-Wl,-soname,libbare32.so.2"),

@@ -17,7 +17,10 @@ from nvct.programs.version import REFERENCE_VERSION
 from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
 from tests.security.test_isolated_start import assert_hooks_start_isolated
 from tests.support.bundle import make_bundle, read_config
-from tests.support.fixtures import busybox_image_tar  # noqa: F401 - fixtures
+from tests.support.fixtures import (
+    busybox_image_tar,  # noqa: F401 - fixtures
+    skip,
+)
 from tests.support.image import ImageSpec, build_image_tar
 from tests.support.legacy_front import age, with_no_cgroups
 from tests.support.podman import PODMAN, Podman
@@ -205,10 +208,10 @@ def _skip_if_this_machine_has_nvct_or_the_toolkit() -> None:
     """Skip where installing and purging nvct would destroy something of this machine's."""
     for package in ("nvct",) + TOOLKIT_PACKAGES:
         if _dpkg_state(package) != "not-installed":
-            pytest.skip(f"{package} is on this machine ({_dpkg_state(package)}): "
+            skip(f"{package} is on this machine ({_dpkg_state(package)}): "
                         "the test would replace or purge it")
     if os.path.lexists(os.path.dirname(CONFFILE)):
-        pytest.skip(f"{os.path.dirname(CONFFILE)} exists (the test would change or remove it)")
+        skip(f"{os.path.dirname(CONFFILE)} exists (the test would change or remove it)")
 
 
 def _simulated_node(directory: Path) -> str:

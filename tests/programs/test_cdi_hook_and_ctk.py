@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from tests.e2e.conftest import VENV_BIN
+from tests.support.fixtures import skip
 
 CDI_HOOK = os.path.join(VENV_BIN, "nvidia-cdi-hook")
 CTK = os.path.join(VENV_BIN, "nvidia-ctk")
@@ -24,7 +25,7 @@ def run(argv, stdin: str = "") -> subprocess.CompletedProcess:
 @pytest.fixture
 def container_root(tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("needs root (mknod)")
+        skip("needs root (mknod)")
     root = tmp_path / "rootfs"
     (root / "dev").mkdir(parents=True)
     for minor in (1, 3):

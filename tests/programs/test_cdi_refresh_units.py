@@ -14,11 +14,11 @@ import shlex
 import shutil
 import subprocess
 
-import pytest
 import yaml
 
 from tests.e2e.conftest import VENV_BIN
 from tests.packaging.pkgtest import REPO
+from tests.support.fixtures import skip
 
 UNITS = REPO / "packaging" / "systemd"
 SERVICE = UNITS / "nvidia-cdi-refresh.service"
@@ -42,7 +42,7 @@ def _generate_line(directives) -> str:
 def test_systemd_accepts_the_units(tmp_path):
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("needs systemd-analyze (package systemd)")
+        skip("needs systemd-analyze (package systemd)")
     for unit in UNITS.iterdir():
         if unit.is_file():  # drop-in directories are read beside their unit, not verified alone
             shutil.copy(unit, tmp_path)

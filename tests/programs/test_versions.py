@@ -10,6 +10,7 @@ import pytest
 
 from nvct import __version__
 from tests.e2e.conftest import VENV_BIN
+from tests.support.fixtures import skip
 
 RUNC = "/usr/sbin/runc"
 
@@ -34,7 +35,7 @@ def test_reference_form(program, title):
 
 def test_the_runtime_shows_nvct_then_the_low_level_runtime(tmp_path):
     if not os.access(RUNC, os.X_OK):
-        pytest.skip(f"needs {RUNC}")
+        skip(f"needs {RUNC}")
     config = tmp_path / "config.toml"
     config.write_text(f'[nvidia-container-runtime]\nruntimes = ["{RUNC}"]\n')
     out = version_of("nvidia-container-runtime", "--version",

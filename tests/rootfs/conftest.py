@@ -9,6 +9,7 @@ import pytest
 from nvct.linux import fs
 from nvct.linux.namespaces import mounts
 from nvct.rootfs.root import Rootfs
+from tests.support.fixtures import skip
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount, mknod)")
 
@@ -19,7 +20,7 @@ def resolver(request, monkeypatch):
     if request.param == "walk":
         monkeypatch.setattr(fs, "_have_openat2", False)
     elif not fs.openat2_available():
-        pytest.skip("kernel has no openat2(2); the walk variant covers this test")
+        skip("kernel has no openat2(2); the walk variant covers this test")
     return request.param
 
 

@@ -324,11 +324,11 @@ def _results(proc: subprocess.CompletedProcess) -> dict:
 
 @pytest.fixture(scope="module")
 def loader_image(tmp_path_factory):
-    from tests.support.fixtures import need_rootfs_tools
+    from tests.support.fixtures import need_rootfs_tools, skip
 
     need_rootfs_tools()
     if os.geteuid() != 0:
-        pytest.skip("needs root (chroot)")
+        skip("needs root (chroot)")
     root = hwcaps_image(tmp_path_factory.mktemp("loader"))
     shutil.copy(os.path.join(root, LIBDIR.lstrip("/"), HWLIB), os.path.join(root, LIBDIR.lstrip("/"), "libcuda.so.1"))
     with open(os.path.join(root, "etc/ld.so.cache"), "rb") as f:

@@ -20,6 +20,7 @@ from nvct.rootfs.ldconfig import (
     open_static_executable,
     update_ldcache,
 )
+from tests.support.fixtures import skip
 
 HOST_LDCONFIG = "/sbin/ldconfig"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot, namespaces)")
@@ -69,7 +70,7 @@ def _cc(out, source, *flags):
 def built(tmp_path_factory):
     """Binaries for the tests: a library, a probe and a sleeper (static), a dynamic one."""
     if shutil.which("gcc") is None:
-        pytest.skip("needs gcc")
+        skip("needs gcc")
     d = tmp_path_factory.mktemp("built")
     return {
         "lib": _cc(d / "libnvctfoo.so.1.0", "int nvctfoo(void) { return 42; }\n",

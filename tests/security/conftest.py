@@ -25,6 +25,7 @@ from nvct.linux import fs
 from nvct.linux.namespaces import in_private_mount_namespace, mounts
 from nvct.linux.privileges import drop_capabilities
 from nvct.rootfs.root import Rootfs
+from tests.support.fixtures import skip
 
 
 def snapshot(top: Path) -> dict[str, tuple]:
@@ -137,7 +138,7 @@ class Scene:
 def resolver(request):
     """Each hostile test runs against openat2(2) and against the fallback walk."""
     if request.param == "openat2" and not fs.openat2_available():
-        pytest.skip("kernel has no openat2(2); the walk variant covers this test")
+        skip("kernel has no openat2(2); the walk variant covers this test")
     return request.param
 
 
@@ -188,7 +189,7 @@ def capless_pid():
 def shared_library(tmp_path_factory) -> Path:
     """A real shared library, libnvctfoo.so.1.0 with SONAME libnvctfoo.so.1."""
     if shutil.which("gcc") is None:
-        pytest.skip("needs gcc")
+        skip("needs gcc")
     out = tmp_path_factory.mktemp("lib") / "libnvctfoo.so.1.0"
     src = out.with_suffix(".c")
     src.write_text("int nvctfoo(void) { return 42; }\n")

@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from nvct.linux.privileges import minimal_env, sanitize_environ
+from tests.support.fixtures import skip
 
 PRELOAD_C = r"""
 #include <fcntl.h>
@@ -30,7 +31,7 @@ __attribute__((constructor)) static void pwn(void) {
 def evil_image(tmp_path):
     """A 'container rootfs' holding a preload library that leaves a marker."""
     if shutil.which("gcc") is None:
-        pytest.skip("needs gcc")
+        skip("needs gcc")
     root = tmp_path / "root"
     root.mkdir()
     src = tmp_path / "evil.c"
@@ -88,7 +89,7 @@ def front(request, tmp_path):
     """Run a front under a shell; returns what its interpreter got (a fake python3 records it)."""
     shell = request.param.split()
     if not os.path.exists(shell[0]):
-        pytest.skip(f"needs {shell[0]}")
+        skip(f"needs {shell[0]}")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name in ("nvidia-cdi-hook", "nvidia-container-runtime"):

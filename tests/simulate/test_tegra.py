@@ -9,6 +9,7 @@ import pytest
 from nvct.base.errors import ConfigError
 from nvct.discover.driver import Driver
 from nvct.edits import csvmode
+from tests.support.fixtures import skip
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def board(tmp_path_factory):
     except Exception as e:  # no arm64 compiler: the e2e tests need one and CI has it
         if os.environ.get("NVCT_CI_NO_SKIP"):
             raise
-        pytest.skip(str(e))
+        skip(str(e))
 
 
 def _driver(node) -> Driver:

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from tests.support import cgroupfix
+from tests.support.fixtures import skip
 
 
 def _no_mounting(*args, **kwargs):
@@ -13,7 +14,7 @@ def _no_mounting(*args, **kwargs):
 
 def test_is_idempotent_and_leaves_crun_runnable():
     if os.geteuid() != 0:
-        pytest.skip("needs root (mounts cgroup hierarchies)")
+        skip("needs root (mounts cgroup hierarchies)")
     cgroupfix.ensure_crun_works()
     assert not cgroupfix.needs_fix()
     assert cgroupfix.ensure_crun_works() == []
