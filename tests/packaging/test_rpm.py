@@ -268,19 +268,19 @@ def test_rpm_container_starts_during_install_upgrade_reinstall_and_erase(rpm, up
     result = _in_private_root(tmp_path, _STARTS + f"""
 echo before > "$W/phase"
 starts &
-wait_starts() {{  # at least one more start recorded
-    have=$(wc -l < "$W/starts" 2>/dev/null || echo 0)
-    while [ "$(wc -l < "$W/starts" 2>/dev/null || echo 0)" -le "$have" ]; do sleep 0.05; done
+enter() {{  # enter phase $1 and wait for a start that began and ended in it
+    echo "$1" > "$W/phase"
+    until grep -q "^$1 $1 " "$W/starts" 2>/dev/null; do sleep 0.05; done
 }}
-wait_starts
+enter before
 step install rpm --root "$R" --nodeps -i {rpm.path}
-echo "after-install" > "$W/phase"; wait_starts
+enter after-install
 step upgrade rpm --root "$R" --nodeps -U {upgraded_rpm}
-echo "after-upgrade" > "$W/phase"; wait_starts
+enter after-upgrade
 step reinstall rpm --root "$R" --nodeps -U --replacepkgs {upgraded_rpm}
-echo "after-reinstall" > "$W/phase"; wait_starts
+enter after-reinstall
 step erase rpm --root "$R" --nodeps -e nvct
-echo "after-erase" > "$W/phase"; wait_starts
+enter after-erase
 touch "$W/stop"; wait
 rpm --root "$R" -q nvct > "$W/after" 2>&1 || :
 ls -A "$R/run/nvct" "$R/var/lib/nvct" "$R/usr/bin/nvct" "$R$site/nvct" > "$W/left" 2>&1 || :
