@@ -104,9 +104,13 @@ class Nvml:
         return f"{major.value}.{minor.value}"
 
     def brand(self, handle) -> str:
+        return BRAND_NAMES.get(self.brand_id(handle), "unknown")
+
+    def brand_id(self, handle) -> int:
+        """nvmlBrandType_t, the ids a CUDA compat note's device list names."""
         v = ctypes.c_int()
         self._call("nvmlDeviceGetBrand", handle, ctypes.byref(v))
-        return BRAND_NAMES.get(v.value, "unknown")
+        return v.value
 
     def persistence_mode(self, handle) -> bool:
         v = ctypes.c_int()

@@ -188,7 +188,7 @@ def _compat(result: Explanation, config, driver, bundle: str | None) -> str:
         return "not decided: no bundle, so no image to look into (nvct explain --bundle)"
     try:
         with Rootfs(ocispec.rootfs(result.before, bundle), owners=ocispec.root_owners(result.before)) as root:
-            folder, why = compat_choice(root, compat)
+            folder, why = compat_choice(root, compat, result.after or result.before)  # its GPU nodes
     except NvctError as e:
         return f"not decided: {e}"
     return f"{'used' if folder else 'not used'}: {why}"

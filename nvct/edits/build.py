@@ -108,6 +108,7 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
         edits.extend(gated_edits(driver, feature))
     edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
                               ldconfig=ldconfig_setting(config), generation=generation, sandbox=sandbox))
+    _compat_gpus(edits, driver, selection)
     if not sandbox and generation is not None and generation.hook_enabled(MEMORY_LIMITS_HOOK):
         edits.extend(memory_limit_edits(request, driver, selection.gpus, hook_path or hook_executable(config)))
     if generation is not None:
@@ -115,6 +116,16 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     logger.debug("edits for %r: %d device node(s), %d mount(s), %d hook(s)", request,
                  len(edits.device_nodes), len(edits.mounts), len(edits.hooks))
     return edits
+
+
+def _compat_gpus(edits: ContainerEdits, driver: Driver, selection: Selection) -> None:
+    """The container's GPUs (a MIG device by its parent) on its enable-cuda-compat step: the hook
+    asks NVML for their brands only when the image's compat note has a device list (nvct.hooks.compat)."""
+    uuids = tuple(dict.fromkeys([gpu.uuid for gpu in selection.gpus] + [gpu.uuid for gpu, _ in selection.migs]))
+    for i, hook in enumerate(edits.hooks):
+        if uuids and isinstance(hook, Chain) and any(isinstance(s, chain.EnableCudaCompat) for s in hook.steps):
+            edits.hooks[i] = hook.replace(steps=tuple(
+                s.replace(gpu_uuids=uuids) if isinstance(s, chain.EnableCudaCompat) else s for s in hook.steps))
 
 
 #: The reference's createRuntime hook that sets a container's GPU memory limits through NVML.
@@ -253,7 +264,9 @@ def in_container_steps(driver: Driver, libraries, sets, *, ldconfig: str | None 
     if links:
         steps.append(chain.CreateSymlinks(tuple(links)))
     if "compute" in sets:
-        steps.append(chain.EnableCudaCompat(driver.version))
+        # Where NVML is, for the note's device list (a spec's chain finds its GPUs by their nodes).
+        steps.append(chain.EnableCudaCompat(driver.version, driver_root="" if driver.driver_root == "/"
+                                            else driver.driver_root))
     if folders:
         steps.append(chain.UpdateLdcache(tuple(folders), tuple(entries), ldconfig or ""))
     # Keeps libcuda from creating device nodes in the container (a no-op without /proc/driver/nvidia).

@@ -43,21 +43,30 @@ class CreateSymlinks(Step):
 
 
 class EnableCudaCompat(Step):
-    """``enable-cuda-compat``: the image's CUDA forward-compat libcuda first, where it works here."""
+    """``enable-cuda-compat``: the image's CUDA forward-compat libcuda first, where it works here.
 
-    __slots__ = ("host_driver_version", "host_cuda_version", "compat_root", "gpu_brands")
-    _defaults = {"host_driver_version": "", "host_cuda_version": "", "compat_root": "", "gpu_brands": ()}
+    nvct's own flags: ``--gpu-brand`` (NVML brand ids), or ``--gpu-uuid`` with ``--driver-root``
+    (the container's GPUs, whose brands NVML gives only when the note has a device list).
+    """
+
+    __slots__ = ("host_driver_version", "host_cuda_version", "compat_root", "gpu_brands", "gpu_uuids",
+                 "driver_root")
+    _defaults = {"host_driver_version": "", "host_cuda_version": "", "compat_root": "", "gpu_brands": (),
+                 "gpu_uuids": (), "driver_root": ""}
     name = "enable-cuda-compat"
     host_driver_version: str
     host_cuda_version: str
     compat_root: str
     gpu_brands: tuple[str, ...]
+    gpu_uuids: tuple[str, ...]
+    driver_root: str
 
     def to_args(self) -> list[str]:
         out = _flag("host-driver-version", self.host_driver_version)
         out += _flag("host-cuda-version", self.host_cuda_version)
         out += _flag("cuda-compat-container-root", self.compat_root)
-        return out + [a for b in self.gpu_brands for a in ("--gpu-brand", b)]
+        out += [a for b in self.gpu_brands for a in ("--gpu-brand", b)]
+        return out + [a for u in self.gpu_uuids for a in ("--gpu-uuid", u)] + _flag("driver-root", self.driver_root)
 
 
 class UpdateLdcache(Step):
@@ -266,7 +275,8 @@ def _gpus(a: Args) -> tuple[tuple[str, str, str], ...]:
 _PARSERS = {
     "create-symlinks": _links,
     "enable-cuda-compat": lambda a: EnableCudaCompat(a.one("host-driver-version"), a.one("host-cuda-version"),
-                                                     a.one("cuda-compat-container-root"), a.all("gpu-brand")),
+                                                     a.one("cuda-compat-container-root"), a.all("gpu-brand"),
+                                                     a.all("gpu-uuid"), a.one("driver-root")),
     "update-ldcache": lambda a: UpdateLdcache(a.all("folder"), a.all("library"), a.one("ldconfig-path")),
     "create-soname-symlinks": lambda a: CreateSonameSymlinks(a.all("folder"), a.one("ldconfig-path")),
     "disable-device-node-modification": lambda a: MaskParams("disable-device-node-modification"),

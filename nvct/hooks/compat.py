@@ -19,14 +19,14 @@ _COMPAT_CONF = "/etc/ld.so.conf.d/00-compat-nvct.conf"
 def enable_cuda_compat(step: kinds.EnableCudaCompat, ctx: HookContext) -> None:
     """Prefer the image's CUDA forward-compat libcuda where :func:`compat_choice` says it works here."""
     root = ctx.root
-    folder, _ = compat_choice(root, step)
+    folder, _ = compat_choice(root, step, ctx.spec)
     if folder is None:
         return
     ctx.extra_folders.insert(0, folder)
     root.write_file(_COMPAT_CONF, (folder + "\n").encode(), 0o644, replace=True)
 
 
-def compat_choice(root, step: kinds.EnableCudaCompat) -> tuple[str | None, str]:
+def compat_choice(root, step: kinds.EnableCudaCompat, spec: dict | None = None) -> tuple[str | None, str]:
     """Whether the image's CUDA compat libcuda is to be used: (its folder's real path or None, why).
 
     The one rule (the shim, the hook and ``nvct explain`` ask it). The folder is
@@ -35,9 +35,8 @@ def compat_choice(root, step: kinds.EnableCudaCompat) -> tuple[str | None, str]:
     (nvct.linux.elf.cuda_compat_note), as the reference does: with ``--host-driver-version``,
     the host's branch must be listed and the compat libcuda newer than the host's; else,
     with ``--host-cuda-version``, the note's CUDA version must be newer. nvct adds the
-    note's device list: with ``--gpu-brand`` (NVML brand ids of the container's GPUs),
-    every one must be listed. Without a note, a newer driver major decides (older
-    compat packages carry none).
+    note's device list (:func:`_unlisted`): every GPU of the container must be of a brand
+    it lists. Without a note, a newer driver major decides (older compat packages carry none).
     """
     import stat
 
@@ -90,14 +89,83 @@ def compat_choice(root, step: kinds.EnableCudaCompat) -> tuple[str | None, str]:
         why = f"{path}: its CUDA {cuda} is newer than the host's CUDA {host_cuda}"
     else:
         return None, f"{path}: its CUDA compat note and the host versions given have nothing to compare"
-    devices = [d for d in note.get("Device") or () if isinstance(d, int)]
-    brands = step.gpu_brands
-    if devices and brands:
-        unlisted = sorted({b for b in brands if not (b.isascii() and b.isdigit() and int(b) in devices)})
+    devices = note.get("Device")
+    devices = [d for d in devices if type(d) is int] if isinstance(devices, list) else []
+    if devices:  # only now, and only for a note with a device list, is NVML asked
+        unlisted, unknown = _unlisted(devices, step, spec)
         if unlisted:
-            return None, (f"{path}: its CUDA compat note does not list the GPU brand(s) {', '.join(unlisted)} "
-                          "of the container's GPUs (CUDA error 804 if used)")
+            return None, (f"{path}: its CUDA compat note's device list ({', '.join(map(str, devices))}) does not "
+                          f"list {'; '.join(unlisted)} (CUDA error 804 if used)")
+        why += f"; {unknown}" if unknown else "; the note's device list names the brand of every GPU"
     return root.realpath(folder), why
+
+
+def _unlisted(devices: list[int], step: kinds.EnableCudaCompat, spec: dict | None) -> tuple[list[str], str]:
+    """The container's GPUs whose NVML brand the note's device list leaves out, and why none could be checked.
+
+    CUDA fails with error 804 when any GPU it sees is unsupported, so every GPU
+    counts: ``--gpu-brand`` ids as given, else the brands of the ``--gpu-uuid`` GPUs
+    (jit-cdi, legacy), else those of the spec's ``/dev/nvidiaN`` nodes (a CDI spec's
+    chain, which names no GPU), both from NVML under ``--driver-root``. Where the GPUs or
+    their brands cannot be known, the list is not checked (as the reference, which never does).
+    """
+    if step.gpu_brands:
+        return [f"the GPU brand {b}" for b in dict.fromkeys(step.gpu_brands)
+                if not (b.isascii() and b.isdigit() and int(b) in devices)], ""
+    minors = () if step.gpu_uuids else _spec_gpu_minors(spec)
+    if not step.gpu_uuids and not minors:
+        return [], "the container's GPUs are unknown: the note's device list is not checked"
+    try:
+        found = _nvml_brands(step.driver_root or "/", tuple(step.gpu_uuids), minors)
+    except NvctError as e:
+        sys.stderr.write(f"enable-cuda-compat: {e}; the note's device list is not checked\n")
+        return [], f"the note's device list is not checked ({e})"
+    from nvct.discover.nvml import BRAND_NAMES
+
+    return [f"GPU {gpu} ({BRAND_NAMES.get(brand, 'unknown')}, brand {brand})"
+            for gpu, brand in found if brand not in devices], ""
+
+
+#: NVML's answers in this process: the shim and the hook step it runs early ask the same question.
+_BRANDS: dict[tuple, list[tuple[str, int]]] = {}
+
+
+def _nvml_brands(driver_root: str, uuids: tuple[str, ...], minors: tuple[int, ...]) -> list[tuple[str, int]]:
+    """(GPU, NVML brand id) of the GPUs by UUID, else by device minor; NVML loaded from the driver root."""
+    key = (driver_root, uuids, minors)
+    if key in _BRANDS:
+        return _BRANDS[key]
+    from nvct.base.errors import DriverError
+    from nvct.discover import nvml
+
+    library = nvml.find_library(driver_root, None, os.uname().machine)
+    if library is None:
+        raise DriverError(f"no libnvidia-ml.so.1 under the driver root {driver_root}")
+    with nvml.Nvml(library) as lib:
+        if uuids:
+            found = [(uuid, lib.brand_id(lib.handle_by_uuid(uuid))) for uuid in uuids]
+        else:
+            handles = [lib.handle_by_index(i) for i in range(lib.device_count())]
+            by_minor = {lib.minor(h): h for h in handles}
+            found = [(f"/dev/nvidia{m}", lib.brand_id(by_minor[m])) for m in minors if m in by_minor]
+    _BRANDS[key] = found
+    return found
+
+
+def _spec_gpu_minors(spec: dict | None) -> tuple[int, ...]:
+    """The N of each ``/dev/nvidiaN`` the container's spec has, as a device or a bind mount (rootless podman)."""
+    linux = spec.get("linux") if isinstance(spec, dict) else None
+    nodes = linux.get("devices") if isinstance(linux, dict) else None
+    mounts = spec.get("mounts") if isinstance(spec, dict) else None
+    paths = [d.get("path") for d in nodes if isinstance(d, dict)] if isinstance(nodes, list) else []
+    paths += [m.get("destination") for m in mounts if isinstance(m, dict)] if isinstance(mounts, list) else []
+    minors = []
+    for path in paths:
+        if isinstance(path, str) and path.startswith("/dev/nvidia"):
+            n = path[len("/dev/nvidia"):]
+            if n.isascii() and n.isdigit() and len(n) < 8 and int(n) not in minors:
+                minors.append(int(n))
+    return tuple(minors)
 
 
 def _compat_note(fd: int, path: str) -> dict | None:

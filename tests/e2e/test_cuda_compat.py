@@ -16,7 +16,7 @@ import re
 import pytest
 
 from tests.support.bundle import make_bundle
-from tests.support.compat import make_compat_libcuda
+from tests.support.compat import NOTE_575, make_compat_libcuda, mixed_brands_node
 from tests.support.gpu_runs import PATH_ENV, SHIM, need_runtime, node_config, run_gpu, spec_dir
 from tests.support.runtimes import RUNTIMES, run_container
 
@@ -78,7 +78,7 @@ def _run_with(tmp_path, rootfs, config):
 @pytest.mark.parametrize("host_cuda, folder", [("12.4", COMPAT), ("12.9", HOST)])
 def test_a_newer_cuda_version_in_the_note(tmp_path, sim_node, rootfs, runtime, host_cuda, folder):
     need_runtime(runtime)
-    _image(sim_node, rootfs, {"Format": 1, "CUDA Version": "12.9", "Driver": [570, 575], "Device": [2]})
+    _image(sim_node, rootfs, {"Format": 1, "CUDA Version": "12.9", "Driver": [570, 575], "Device": [2, 14]})
     config = _cdi_spec_with(tmp_path, sim_node, runtime, f"--host-cuda-version={host_cuda}")
     out = _loaded(_run_with(tmp_path, rootfs, config))
     assert out == f"ok libcuda.so.1 {folder}/libcuda.so.1"
@@ -93,3 +93,31 @@ def test_the_device_list_of_the_note(tmp_path, sim_node, rootfs, runtime, brands
     config = _cdi_spec_with(tmp_path, sim_node, runtime, f"--host-driver-version={version} {brands}")
     out = _loaded(_run_with(tmp_path, rootfs, config))
     assert out == f"ok libcuda.so.1 {folder}/libcuda.so.1"
+
+
+
+@pytest.fixture(scope="module")
+def mixed_node(tmp_path_factory):
+    """A node whose GPU 0 is a brand the note lists and GPU 1 one it does not."""
+    need_runtime("runc")  # root, for the node's device nodes
+    return mixed_brands_node(tmp_path_factory)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi", "cdi"])
+@pytest.mark.parametrize("visible, folder", [
+    ("0", COMPAT),    # the H100 alone: its brand is listed
+    ("1", HOST),      # the GeForce RTX alone: not listed (the note's list unused, it took compat: error 804)
+    ("0,1", HOST),    # one GPU not listed is enough for CUDA to fail with 804
+])
+def test_the_device_list_by_the_container_gpus(tmp_path, mixed_node, rootfs, runtime, mode, visible, folder):
+    """The container's own GPUs, by NVML (the node's mock), against the note's device list."""
+    need_runtime(runtime)
+    _image(mixed_node, rootfs, {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 570, 575],
+                                "Device": NOTE_575["Device"]})
+    if mode == "cdi":
+        visible = ",".join(f"nvidia.com/gpu={i}" for i in visible.split(","))
+    out = _loaded(run_gpu(tmp_path, mixed_node, rootfs, mode=mode, runtime=runtime,
+                          env=[f"NVIDIA_VISIBLE_DEVICES={visible}"], command="dlopen-probe libcuda.so.1"))
+    assert out == f"ok libcuda.so.1 {folder}/libcuda.so.1"
+

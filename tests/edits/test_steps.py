@@ -11,6 +11,7 @@ ALL = [
     kinds.CreateSymlinks((("libcuda.so.1", "/usr/lib/libcuda.so"), ("../a.so.1", "/usr/lib/gbm/b.so"))),
     kinds.EnableCudaCompat("575.57.08"),
     kinds.EnableCudaCompat("575.57.08", "12.9", "/opt/compat", ("2", "5")),
+    kinds.EnableCudaCompat("550.54.15", gpu_uuids=("GPU-1", "GPU-2"), driver_root="/run/nvidia/driver"),
     kinds.UpdateLdcache(("/usr/lib", "/usr/lib32"), ("/usr/lib/libcuda.so.1",), "@/sbin/ldconfig.real"),
     kinds.CreateSonameSymlinks(("/usr/lib",)),
     kinds.MaskParams(),

@@ -2,8 +2,9 @@
 
 The note is what NVIDIA's compat packages ship: one ELF note named "NVIDIA
 Corporation" whose description is JSON (Format, "CUDA Version", Driver
-branches, Device brands). objcopy adds it as a section to a copy of any ELF
-library (the simulated node's libcuda, so the copy still loads).
+branches, Device: the NVML brand ids of the GPUs it supports). objcopy adds
+it as a section to a copy of any ELF library (the simulated node's libcuda,
+so the copy still loads).
 """
 
 from __future__ import annotations
@@ -47,3 +48,24 @@ NOTE_575 = {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 
             "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
 NOTE_590 = {"Format": 1, "CUDA Version": "13.1", "Driver": [535, 550, 570, 575, 580, 590],
             "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
+
+
+#: Two GPUs of brands the real notes treat differently: an H100 (NVML brand 14, "NVIDIA": listed)
+#: and a GeForce RTX 4090 (brand 15, "GeForce RTX": no compat package lists it).
+MIXED_BRANDS_TOPOLOGY = {
+    "models": {
+        "H100": {"name": "NVIDIA H100 80GB HBM3", "pci_device_id": "0x233010DE", "brand": 14, "architecture": 9,
+                 "compute_capability": "9.0", "memory_mib": 81559, "multiprocessors": 132},
+        "RTX4090": {"name": "NVIDIA GeForce RTX 4090", "pci_device_id": "0x268410DE", "brand": 15,
+                    "architecture": 8, "compute_capability": "8.9", "memory_mib": 24564, "multiprocessors": 128},
+    },
+    "gpus": [{"model": "H100", "minor": 0, "bus_id": "0000:1b:00.0"},
+             {"model": "RTX4090", "minor": 1, "bus_id": "0000:43:00.0"}],
+}
+
+
+def mixed_brands_node(tmp_path_factory) -> dict:
+    """The simulated node of :data:`MIXED_BRANDS_TOPOLOGY` (driver 550.54.15; root, for its device nodes)."""
+    from nvct.simulate import cached_node
+
+    return cached_node(tmp_path_factory.getbasetemp() / "sim", topology=MIXED_BRANDS_TOPOLOGY, mig=False)
