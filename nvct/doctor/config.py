@@ -12,6 +12,7 @@ from nvct.doctor.model import Context, fail, info, ok, warn
 from nvct.edits.build import hook_source
 from nvct.modifier.modes import legacy_hook_path
 from nvct.oci import runtime as lowlevel
+from nvct.rootfs import ldconfig
 
 
 def check_file(ctx: Context):
@@ -171,6 +172,22 @@ def _compiled(path: str) -> bool:
         return False
 
 
+def check_ldconfig(ctx: Context):
+    """The host ldconfig that builds containers' ld caches: a static executable, or every GPU start fails."""
+    if ctx.config is None:
+        yield ctx.skipped("config.ldconfig", "nvct's config does not load (see config.file)")
+        return
+    value = ctx.config.cli_ldconfig
+    try:
+        path = ldconfig.host_ldconfig_path(value)
+        os.close(ldconfig.open_static_executable(path))
+    except NvctError as e:
+        yield fail("config.ldconfig", f"{e} (nvidia-container-cli.ldconfig is {value!r}): GPU containers fail to "
+                   "start", ctx.set_command("nvidia-container-cli.ldconfig", ldconfig.DEFAULT))
+        return
+    yield ok("config.ldconfig", f"containers' ld caches are built with {path}, a static executable")
+
+
 def check_log(ctx: Context):
     if ctx.config is None:
         yield ctx.skipped("config.log", "nvct's config does not load (see config.file)")
@@ -190,4 +207,4 @@ def check_log(ctx: Context):
     yield ok("config.log", f"container starts are logged to {path} (log-level {level})")
 
 
-CHECKS = (check_file, check_roots, check_runtimes, check_hook, check_log)
+CHECKS = (check_file, check_roots, check_runtimes, check_hook, check_ldconfig, check_log)

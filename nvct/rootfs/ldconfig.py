@@ -30,7 +30,6 @@ import os
 import time
 
 from nvct.base.errors import ContainerError
-from nvct.linux import elf
 from nvct.rootfs.root import Rootfs
 
 TYPE_CHECKING = False  # typing costs an import on every container start
@@ -57,12 +56,17 @@ def host_ldconfig_path(value: str) -> str:
     ``"@/sbin/ldconfig"`` (NVIDIA's syntax for a host path) and
     ``"/sbin/ldconfig"`` both mean the host's binary: nvct never runs the
     image's ldconfig, since that would be image code running as the hook.
+    Like NVIDIA's toolkit, ``X`` and ``X.real`` mean ``X.real`` where that
+    exists, else ``X``: Ubuntu's /sbin/ldconfig is a shell wrapper around
+    /sbin/ldconfig.real, which other distributions lack. Where neither
+    exists the configured path is kept, for the error to name it.
     """
     path = value[1:] if value.startswith("@") else value
     if not path.startswith("/"):
         raise ContainerError(f"ldconfig {value!r}: must be an absolute host path "
                              "(e.g. '@/sbin/ldconfig')")
-    return path
+    plain = path[:-len(".real")] if path.endswith(".real") else path
+    return next((p for p in (plain + ".real", plain) if os.path.exists(p)), path)
 
 
 def open_static_executable(path: str) -> int:
@@ -70,6 +74,8 @@ def open_static_executable(path: str) -> int:
 
     A dynamic ldconfig would, once chrooted, load its libc from the image.
     """
+    from nvct.linux import elf  # only where an ldconfig is configured or runs
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:

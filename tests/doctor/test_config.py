@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 from nvct import doctor
 
@@ -144,3 +145,20 @@ def test_a_driver_root_without_dev_points_at_the_hosts_nodes(node, tmp_path, mon
     assert roots.status == "fail"
     assert roots.seen == f"dev root {node.dir} (the driver root, as nvct.dev-root is not set) has no dev/"
     assert roots.fix == f"nvct config -c {node.config} --set nvct.dev-root=/ -i (the nodes are in the host's /dev)"
+
+
+def test_an_ldconfig_that_is_a_script_fails_and_its_real_binary_beside_it_passes(node, tmp_path):
+    wrapper = tmp_path / "ldconfig"
+    wrapper.write_text("#!/bin/sh\nexec ldconfig.real \"$@\"\n")
+    with open(node.config) as f:
+        text = f.read()
+    write(node.config, text.replace("[nvidia-container-cli]\n", f'[nvidia-container-cli]\nldconfig = "@{wrapper}"\n', 1))
+    check = one(node.doctor(), "config.ldconfig")
+    assert (check.status, check.seen) == ("fail", f"ldconfig {wrapper}: not an ELF executable (a wrapper script? on "
+                                          f"Ubuntu use '@/sbin/ldconfig.real') (nvidia-container-cli.ldconfig is "
+                                          f"'@{wrapper}'): GPU containers fail to start")
+    assert check.fix == f"nvct config -c {node.config} --set nvidia-container-cli.ldconfig=@/sbin/ldconfig -i"
+    shutil.copy2("/sbin/ldconfig", tmp_path / "ldconfig.real")
+    check = one(node.doctor(), "config.ldconfig")
+    assert (check.status, check.seen) == ("ok", f"containers' ld caches are built with {wrapper}.real, "
+                                          "a static executable")

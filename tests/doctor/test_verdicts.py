@@ -163,6 +163,14 @@ def _generate(fix: str) -> str:
     return re.search(r"\((nvct cdi generate [^)]*)\)", fix).group(1)
 
 
+def _ldconfig_script(node: GpuNode) -> None:
+    """Ubuntu's /sbin/ldconfig, a shell wrapper, configured with no ldconfig.real beside it."""
+    wrapper = os.path.join(str(node.dir), "ldconfig-wrapper")
+    write(wrapper, '#!/bin/sh\nexec /sbin/ldconfig "$@"\n')
+    os.chmod(wrapper, 0o755)
+    _config(node, "[nvidia-container-cli]\n", f'[nvidia-container-cli]\nldconfig = "@{wrapper}"\n')
+
+
 def _old_runc(node: GpuNode) -> None:
     """runc as a release before 1.1.14 says it is (whatever the host's is)."""
     path = os.path.join(node.tmp, "old", "runc")
@@ -264,6 +272,8 @@ FAULTS = {
                                          lambda n: _config(n, f'path = "{n.program("nvidia-container-runtime-hook")}"',
                                                            'path = "/nonexistent/hook"'),
                                          modes=("legacy",), fix="an edit of the file"),
+    "ldconfig-is-a-script": Fault("config.ldconfig", "fail", "not an ELF executable (a wrapper script?", False,
+                                  _ldconfig_script, modes=("jit-cdi", "legacy")),
     "log-directory-missing": Fault("config.log", "warn", "does not exist (nothing is logged)", True,
                                    lambda n: _runtime_key(n, 'debug = "/nonexistent-nvct-dir/nvct.log"'),
                                    fix="would create a directory outside the test's tmp dir"),
@@ -783,6 +793,7 @@ COVERAGE = {
     "config.check_runtimes": ["no-low-level-runtime", "runc-open-to-cve-2024-45310"],  # and config.runtime-cve
     "config.check_hook": ["hook-program-missing", "legacy-hook-program-missing",
                           "test_without_the_hook_program_gpu_containers_fail_at_their_hook_as_doctor_says"],
+    "config.check_ldconfig": ["ldconfig-is-a-script"],
     "config.check_log": ["log-directory-missing"],
     "driver.check_module": ["module-not-loaded"],
     "driver.check_version": ["driver-version-unreadable"],

@@ -101,10 +101,19 @@ def _cache_listing(root) -> str:
 # -- configuration and the binary --------------------------------------------------
 
 
-@pytest.mark.parametrize("value, path", [("@/sbin/ldconfig", "/sbin/ldconfig"),
-                                         ("/sbin/ldconfig.real", "/sbin/ldconfig.real")])
-def test_host_ldconfig_path(value, path):
-    assert host_ldconfig_path(value) == path
+@pytest.mark.parametrize("present, value, path", [
+    ((), "@/x/ldconfig", "/x/ldconfig"),  # neither there: the configured name, for the error
+    ((), "/x/ldconfig.real", "/x/ldconfig.real"),
+    (("ldconfig",), "@/x/ldconfig", "/x/ldconfig"),  # Debian, Fedora
+    (("ldconfig",), "@/x/ldconfig.real", "/x/ldconfig"),  # an Ubuntu config on them
+    (("ldconfig", "ldconfig.real"), "@/x/ldconfig", "/x/ldconfig.real"),  # Ubuntu: the wrapper's binary
+    (("ldconfig", "ldconfig.real"), "/x/ldconfig.real", "/x/ldconfig.real"),
+])
+def test_host_ldconfig_path_prefers_the_real_binary_beside_a_wrapper(tmp_path, present, value, path):
+    for name in present:
+        (tmp_path / name).touch()
+    at = str(tmp_path)
+    assert host_ldconfig_path(value.replace("/x", at)) == path.replace("/x", at)
 
 
 @pytest.mark.parametrize("value", ["ldconfig", "@ldconfig", "@", ""])

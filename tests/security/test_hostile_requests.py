@@ -180,3 +180,19 @@ def test_the_configured_ldconfig_runs_the_ld_cache_update(tmp_path, sim_node, ro
                  env=["NVIDIA_VISIBLE_DEVICES=0"], cli_config=f'ldconfig = "@{real}"',
                  command="dlopen-probe libcuda.so.1")
     assert ok.ok and "ok libcuda.so.1" in ok.stdout, ok.describe()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("mode", MODES)
+def test_an_ldconfig_wrapper_script_means_the_real_binary_beside_it(tmp_path, sim_node, rootfs, runtime, mode):
+    """Ubuntu's layout, seen on a real GPU node: /sbin/ldconfig is a shell wrapper and the binary is
+    /sbin/ldconfig.real. As in NVIDIA's toolkit, the configured wrapper's name means the binary."""
+    need_runtime(runtime)
+    wrapper = tmp_path / "sbin" / "ldconfig"
+    wrapper.parent.mkdir()
+    wrapper.write_text('#!/bin/sh\nexec /sbin/ldconfig.real "$@"\n')
+    wrapper.chmod(0o755)
+    shutil.copy2("/sbin/ldconfig", tmp_path / "sbin" / "ldconfig.real")
+    result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                     cli_config=f'ldconfig = "@{wrapper}"', command="dlopen-probe libcuda.so.1")
+    assert result.ok and "ok libcuda.so.1" in result.stdout, result.describe()
