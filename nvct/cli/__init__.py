@@ -7,7 +7,6 @@ imported only when named.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 #: subcommand name -> "module:attribute" under nvct.cli (a click command).
@@ -98,6 +97,8 @@ def _load(name: str):
     target = _SUBCOMMANDS.get(name)
     if target is None:
         return None
+    import importlib  # not at the top: it imports warnings, and `nvct hook` runs on every container start
+
     module, attr = target.split(":")
     try:
         mod = importlib.import_module(f"nvct.cli.{module}")

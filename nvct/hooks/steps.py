@@ -13,18 +13,12 @@ import sys
 
 from nvct.base.errors import NvctError
 from nvct.edits import steps as kinds
-from nvct.hooks.compat import enable_cuda_compat
-from nvct.hooks.container import HookContext
-from nvct.hooks.files import chmod, create_symlinks, update_application_profile
-from nvct.hooks.ldcache import create_soname_symlinks, update_ldcache
-from nvct.hooks.limits import apply_cuda_memory_limits
-from nvct.hooks.mounts import bind_mount, readonly_root
-from nvct.hooks.procmask import disable_device_node_modification
-from nvct.hooks.requirements import check_requirements
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
     from typing import Callable, Sequence
+
+    from nvct.hooks.container import HookContext
 
 
 def run(steps: Sequence[kinds.Step], ctx: HookContext) -> None:
@@ -35,7 +29,7 @@ def run(steps: Sequence[kinds.Step], ctx: HookContext) -> None:
         if isinstance(step, kinds.Unknown):
             sys.stderr.write(f"nvct hook: unknown hook {step.name!r}, ignored (from a newer nvct?)\n")
             continue
-        _RUNNERS[type(step)](step, ctx)
+        runner(type(step))(step, ctx)
 
 
 def run_chain(args: list[str], ctx: HookContext) -> None:
@@ -43,19 +37,28 @@ def run_chain(args: list[str], ctx: HookContext) -> None:
     run(kinds.parse(args), ctx)
 
 
-_RUNNERS: dict[type, Callable] = {
-    kinds.CreateSymlinks: create_symlinks,
-    kinds.EnableCudaCompat: enable_cuda_compat,
-    kinds.UpdateLdcache: update_ldcache,
-    kinds.CreateSonameSymlinks: create_soname_symlinks,
-    kinds.MaskParams: disable_device_node_modification,
-    kinds.Chmod: chmod,
-    kinds.UpdateApplicationProfile: update_application_profile,
-    kinds.BindMount: bind_mount,
-    kinds.ReadonlyRoot: readonly_root,
-    kinds.ApplyCudaMemoryLimits: apply_cuda_memory_limits,
-    kinds.CheckRequirements: check_requirements,
+#: Each step's runner: its module under nvct.hooks, imported when such a step runs (a jit-cdi
+#: start's hook runs only the params mask: six of these modules would be imported for nothing).
+_RUNNERS: dict[type, tuple[str, str]] = {
+    kinds.CreateSymlinks: ("files", "create_symlinks"),
+    kinds.EnableCudaCompat: ("compat", "enable_cuda_compat"),
+    kinds.UpdateLdcache: ("ldcache", "update_ldcache"),
+    kinds.CreateSonameSymlinks: ("ldcache", "create_soname_symlinks"),
+    kinds.MaskParams: ("procmask", "disable_device_node_modification"),
+    kinds.Chmod: ("files", "chmod"),
+    kinds.UpdateApplicationProfile: ("files", "update_application_profile"),
+    kinds.BindMount: ("mounts", "bind_mount"),
+    kinds.ReadonlyRoot: ("mounts", "readonly_root"),
+    kinds.ApplyCudaMemoryLimits: ("limits", "apply_cuda_memory_limits"),
+    kinds.CheckRequirements: ("requirements", "check_requirements"),
 }
+
+
+def runner(kind: type) -> Callable:
+    """The function that runs steps of ``kind``."""
+    module, name = _RUNNERS[kind]
+    return getattr(__import__(f"nvct.hooks.{module}", fromlist=[name]), name)
+
 
 #: Every hook name nvct runs (the reference's, and nvct's own).
 STEPS = kinds.NAMES

@@ -425,6 +425,8 @@ def _requirements(env: Mapping[str, str], disable: bool) -> tuple[tuple[str, str
 
 
 def _parse_bool(value: str | None) -> bool:
+    if value is None:
+        return False  # unset, as on most starts: not even the parser's import
     from nvct.request.requirements import is_true
 
     return is_true(value)

@@ -32,7 +32,7 @@ from nvct.base.errors import NvctError
 from nvct.toolkit.layout import Layout
 
 #: The launcher's lines a wrapper fills in: each must be there exactly once.
-_PYTHON_LINE = '    exec "$python" -I "$0" "$@"  # @python@\n'
+_PYTHON_LINE = '    exec "$python" -I -S "$0" "$@"  # @python@\n'
 _PRELUDE_LINE = "# @prelude@\n"
 #: The last line of the launcher's sh half.
 _SH_END = "\nexit 127\n"

@@ -30,4 +30,5 @@ def test_an_invalid_step_fails_in_its_turn_with_its_one_line(tmp_path):
 def test_every_step_kind_has_its_runner():
     kinds_run = {k for k in kinds.Step.__subclasses__() if k is not kinds.Unknown}
     assert kinds_run <= set(steps._RUNNERS)
+    assert all(callable(steps.runner(kind)) for kind in kinds_run)  # each imported only when its step runs
     assert set(steps.STEPS) == set(kinds.NAMES)

@@ -124,7 +124,8 @@ def test_config_truncated_mid_line_is_an_error_naming_it(tmp_path, sim_node, roo
 
 def _python_creates(front) -> int:
     with open(front.log) as f:
-        return sum(line.split(" ")[1:2] == [os.path.join(front.dir, "nvidia-container-runtime")]  # the launcher
+        return sum([w for w in line.split(" ") if not w.startswith("-")][:1]
+                   == [os.path.join(front.dir, "nvidia-container-runtime")]  # the launcher, after python's flags
                    and (" run --bundle" in line or " create " in line)
                    for line in f)
 

@@ -18,19 +18,31 @@ import sys
 
 import pytest
 
+from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import VENV_BIN, node_config
 from tests.support.proc import wait_for
 
-#: Never on a container start: the CLI's and the operator's libraries, and what nvct avoids on purpose.
+#: Never on a container start: the CLI's and the operator's libraries, and what nvct avoids on purpose;
+#: nor, since the launcher starts Python with -S, what the .pth files' import lines and sitecustomize load.
 START = ("click", "tomlkit", "elftools", "json", "dataclasses", "argparse", "subprocess", "logging",
-         "nvct.cli", "nvct.doctor", "nvct.engines", "nvct.toolkit", "nvct.simulate", "nvct.discover.nvml")
+         "nvct.cli", "nvct.doctor", "nvct.engines", "nvct.toolkit", "nvct.simulate", "nvct.discover.nvml",
+         "_distutils_hack", "sitecustomize")
 #: The shim outside cdi mode reads no YAML (CDI specs are YAML).
 SHIM = START + ("yaml",)
+#: A GPU create without NVIDIA_REQUIRE_* or CUDA_VERSION parses no requirement, and writes no step that
+#: only the hook runs.
+GPU_CREATE = ("nvct.request.requirements", "nvct.hooks.limits", "nvct.hooks.mounts", "nvct.hooks.requirements")
 #: The hooks run inside every GPU container's start: not even tomllib (the legacy hook's config comes
 #: from the parse cache), re, typing or enum.
 HOOK = START + ("yaml", "tomllib", "re", "typing", "enum", "nvct.cdi")
-#: ``nvct hook ...`` is dispatched by nvct.cli's ``main`` before click: the package, none of its modules.
-NVCT_HOOK = tuple("nvct.cli.*" if m == "nvct.cli" else m for m in HOOK)
+#: ``nvct hook ...`` is dispatched by nvct.cli's ``main`` before click: the package, none of its modules
+#: (nor importlib, which nvct.cli uses to load a subcommand, and its warnings).
+NVCT_HOOK = tuple("nvct.cli.*" if m == "nvct.cli" else m for m in HOOK) + ("importlib", "warnings")
+#: The hook a jit-cdi create leaves once the shim wrote the links and the ld cache: the params mask alone,
+#: without the other steps' modules (nvct.hooks.steps imports a step's module when such a step runs).
+MASK_HOOK = NVCT_HOOK + ("nvct.hooks.compat", "nvct.hooks.files", "nvct.hooks.ldcache", "nvct.hooks.limits",
+                         "nvct.hooks.mounts", "nvct.hooks.requirements", "nvct.rootfs.ldconfig",
+                         "nvct.rootfs.cachepatch", "nvct.discover", "nvct.linux.elf")
 #: ``--version`` of the programs the runtimes call: nothing but the version.
 VERSION = HOOK + ("nvct.config", "nvct.rootfs", "nvct.hooks", "nvct.edits", "nvct.discover")
 
@@ -64,8 +76,9 @@ def bin_dir(tmp_path_factory):
     return str(directory)
 
 
-def _gpu_create(tmp_path, bin_dir, node, mode: str) -> tuple[set[str], dict, str]:
-    """The shim's create of a container asking for every GPU; the modules, the written spec, the config."""
+def _gpu_create(tmp_path, bin_dir, node, mode: str, root: str = "rootfs") -> tuple[set[str], dict, str]:
+    """The shim's create of a container asking for every GPU; the modules, the written spec, the config.
+    ``root``: the spec's root (an empty folder in the bundle: the shim leaves the whole chain to the hook)."""
     fake_runtime = tmp_path / "runc"
     fake_runtime.write_text("#!/bin/sh\nexit 0\n")
     fake_runtime.chmod(0o755)
@@ -73,7 +86,7 @@ def _gpu_create(tmp_path, bin_dir, node, mode: str) -> tuple[set[str], dict, str
     bundle = tmp_path / "bundle"
     (bundle / "rootfs").mkdir(parents=True)
     (bundle / "config.json").write_text(json.dumps({
-        "ociVersion": "1.0.2", "root": {"path": "rootfs"},
+        "ociVersion": "1.0.2", "root": {"path": root},
         "process": {"args": ["true"], "env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"]}}))
     modules = imported(bin_dir, "nvidia-container-runtime", ["create", "--bundle", str(bundle), "c1"],
                        env={"NVIDIA_CTK_CONFIG_FILE_PATH": config})
@@ -97,7 +110,7 @@ def _run_hooks(bin_dir, spec: dict, bundle: str, pid: int) -> set[str]:
 def test_a_gpu_create_imports_no_forbidden_module(tmp_path, bin_dir, sim_node, mode):
     modules, _, _ = _gpu_create(tmp_path, bin_dir, sim_node, mode)
     assert "nvct.programs.shim" in modules
-    assert found(modules, START if mode == "cdi" else SHIM) == []
+    assert found(modules, (START if mode == "cdi" else SHIM) + GPU_CREATE) == []
 
 
 def test_the_jit_cdi_hook_chain_imports_no_forbidden_module(tmp_path, bin_dir, sim_node):
@@ -105,6 +118,15 @@ def test_the_jit_cdi_hook_chain_imports_no_forbidden_module(tmp_path, bin_dir, s
     modules = _run_hooks(bin_dir, spec, bundle, pid=0)  # the chain names the container's root itself
     assert "nvct.hooks.steps" in modules
     assert found(modules, NVCT_HOOK) == []
+
+
+def test_the_jit_cdi_hook_of_a_prepared_root_imports_only_the_mask(tmp_path, bin_dir, sim_node, rootfs):
+    """An image with an ld cache: the shim wrote the links and the cache (nvct.modifier.prepare), the hook masks."""
+    modules, spec, bundle = _gpu_create(tmp_path, bin_dir, sim_node, "jit-cdi", root=rootfs)
+    assert "nvct.rootfs.cachepatch" in modules  # the shim patched the image's cache
+    hook_modules = _run_hooks(bin_dir, spec, bundle, pid=0)
+    assert "nvct.hooks.procmask" in hook_modules
+    assert found(hook_modules, MASK_HOOK) == []
 
 
 def test_the_legacy_prestart_hook_imports_no_forbidden_module(tmp_path, bin_dir, sim_node):

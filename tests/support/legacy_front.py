@@ -3,8 +3,8 @@
 The front runs ``python3`` from its own directory when there is one (as in a
 virtualenv); here that is a script that appends its argv to ``python.log``
 and execs the test's interpreter. The hook's front beside it is the hook
-legacy mode inserts, and it starts Python the same way, so the log tells the
-shim's starts (``-I <dir>/nvidia-container-runtime``) from the hook's (``-I <dir>/nvidia-container-runtime-hook``).
+legacy mode inserts, and it starts Python the same way, so the log tells the shim's
+starts (``-I -S <dir>/nvidia-container-runtime``) from the hook's (``-I -S <dir>/nvidia-container-runtime-hook``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Front:
         """Python starts so far: ``{"shim": n, "hook": m}``."""
         with open(self.log) as f:
             lines = f.read().splitlines()
-        started = [line.split(" ")[1:2] for line in lines]
+        started = [[word for word in line.split(" ") if not word.startswith("-")][:1] for line in lines]  # the file
         return {name: started.count([os.path.join(self.dir, program)])
                 for name, program in (("shim", "nvidia-container-runtime"), ("hook", HOOK))}
 
