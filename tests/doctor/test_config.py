@@ -152,7 +152,8 @@ def test_an_ldconfig_that_is_a_script_fails_and_its_real_binary_beside_it_passes
     wrapper.write_text("#!/bin/sh\nexec ldconfig.real \"$@\"\n")
     with open(node.config) as f:
         text = f.read()
-    write(node.config, text.replace("[nvidia-container-cli]\n", f'[nvidia-container-cli]\nldconfig = "@{wrapper}"\n', 1))
+    cli = "[nvidia-container-cli]\n"
+    write(node.config, text.replace(cli, f'{cli}ldconfig = "@{wrapper}"\n', 1))
     check = one(node.doctor(), "config.ldconfig")
     assert (check.status, check.seen) == ("fail", f"ldconfig {wrapper}: not an ELF executable (a wrapper script? on "
                                           f"Ubuntu use '@/sbin/ldconfig.real') (nvidia-container-cli.ldconfig is "
