@@ -6,6 +6,9 @@ Fixtures that start containers mark their users here, and a test that starts
 a runtime or an engine without the ``containers`` mark fails, so the fast lane
 (``-m "not containers"``) cannot grow a container test unnoticed.
 
+As root the suite runs in a private mount namespace (tests.support.hostns): the
+/run/nvct its programs write is its own, not the host's.
+
 In CI (CI or NVCT_CI_NO_SKIP set) a skipped test is a failure and Hypothesis
 is derandomized; ``--hypothesis-profile=dev`` or NVCT_HYPOTHESIS_PROFILE=dev
 draws random examples.
@@ -22,7 +25,13 @@ import threading
 import pytest
 from hypothesis import settings
 
+from tests.support import hostns
 from tests.support.fixtures import skip
+
+#: As root, the suite runs in a mount namespace of its own, with its own /run (tests.support.hostns):
+#: what the shims, hooks and installers it starts write there never reaches the host's, nor
+#: another test run's. Entered here, at collection, while pytest has one thread.
+hostns.enter()
 
 #: Hypothesis's own deadline is a wall-clock assertion: none here (timing goes in tests/perf).
 settings.register_profile("dev", deadline=None)
