@@ -26,7 +26,7 @@ from tests.support.legacy_front import age, with_no_cgroups
 from tests.support.podman import PODMAN, Podman
 from tests.support.proc import SYSTEM_PATH, run
 from tests.support.rootfs import BUSYBOX, base_rootfs, make_rootfs
-from tests.support.runtimes import RUNC, create_start_delete
+from tests.support.runtimes import CRUN, RUNC, create_start_delete
 
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
             "nvidia-cdi-hook", "nvidia-ctk", "nvidia-ctk-installer", "nvidia-toolkit")
@@ -641,3 +641,104 @@ def test_purge_takes_a_running_dockerd_off_the_removed_default_runtime(deb, tmp_
             assert dockerd.docker(info).stdout.strip() == "nvidia"  # as the line says; dockerd did not panic
         # reinstall for _installed's purge
         assert _apt("install", "--no-install-recommends", str(deb.path)).ok
+
+
+# --------------------------------------------------------------------------- the CDI spec without systemd
+
+
+SPEC = "/var/run/cdi/nvidia.yaml"  # where nvidia-cdi-refresh.service writes it
+#: A spec of another vendor's: no hook runs nvct's programs, so the removal leaves it alone.
+FOREIGN_SPEC = ('cdiVersion: "0.5.0"\nkind: example.com/dev\ndevices:\n- name: null\n  containerEdits:\n'
+                '    deviceNodes:\n    - path: /dev/null\n')
+
+
+def _apt_without_systemd(run_dir: Path, *args: str, env: dict | None = None):
+    """apt in a private mount namespace whose /run is ``run_dir``: no /run/systemd/system, as on a
+    host where systemd is not PID 1, and the spec lands in ``run_dir/cdi``, not in this machine's /run."""
+    return _apt(*args, env={**(env or {}), "NVCT_TEST_RUN": str(run_dir)},
+                prefix=("unshare", "-m", "sh", "-c", 'mount --bind "$NVCT_TEST_RUN" /run && exec "$@"', "sh"))
+
+
+def _said(result) -> str:
+    return (result.stdout + result.stderr).replace("\r\n", "\n")  # dpkg: CR LF
+
+
+@needs_runc_and_rootfs
+@pytest.mark.skipif(not os.access(CRUN, os.X_OK), reason=f"needs {CRUN}")
+@needs_root_and_apt
+def test_install_without_systemd_writes_the_cdi_spec_containers_get_their_gpu_from(deb, tmp_path):
+    """No systemd runs nvidia-cdi-refresh: the postinst writes its spec (the node's driver is found through
+    the install's NVIDIA_CTK_CONFIG_FILE_PATH); a CDI request through runc and crun gets GPU 0 from it;
+    the purge removes it and leaves another vendor's spec alone."""
+    import yaml
+
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    node_config = _simulated_node(tmp_path / "node")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cdi = run_dir / "cdi"
+    try:
+        install = _apt_without_systemd(run_dir, "install", "--no-install-recommends", str(deb.path),
+                                       env={"NVIDIA_CTK_CONFIG_FILE_PATH": node_config})
+        assert install.ok, install.describe()
+        assert "nvct: wrote /var/run/cdi/nvidia.yaml (cdiVersion " in _said(install), _said(install)
+        assert sorted(os.listdir(cdi)) == ["nvidia.yaml"]  # renamed into place: no temporary file left
+        spec = yaml.safe_load((cdi / "nvidia.yaml").read_text())
+        assert spec["kind"] == "nvidia.com/gpu" and {"0", "all"} <= {d["name"] for d in spec["devices"]}
+        spec_hooks = {h["path"] for h in spec["containerEdits"]["hooks"]}
+        assert spec_hooks and spec_hooks <= {f"/usr/bin/{p}" for p in PROGRAMS}, spec_hooks
+
+        for runtime in ("runc", "crun"):  # the shim in cdi mode reads the spec as an engine would
+            config_path = tmp_path / f"cdi-{runtime}.toml"
+            config_path.write_text(Path(node_config).read_text() + '\n[nvidia-container-runtime]\nmode = "cdi"\n'
+                                   f'runtimes = ["{runtime}"]\n[nvidia-container-runtime.modes.cdi]\n'
+                                   f'spec-dirs = ["{cdi}"]\n')
+            bundle = tmp_path / runtime
+            make_bundle(bundle, make_rootfs(bundle), ["/bin/sh", "-c", GPU_CHECK],
+                        ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+            result = create_start_delete(["/usr/bin/nvidia-container-runtime"], bundle, timeout=60,
+                                         env={"PATH": SYSTEM_PATH, "NVIDIA_CTK_CONFIG_FILE_PATH": str(config_path)})
+            _check_gpu_output(result)
+            hooks = {h["path"] for stage in read_config(bundle).get("hooks", {}).values() for h in stage}
+            assert spec_hooks <= hooks, (runtime, hooks)  # the generated spec's edits, not another path
+
+        (cdi / "vendor.yaml").write_text(FOREIGN_SPEC)
+        purge = _apt_without_systemd(run_dir, "purge", "nvct")
+        assert purge.ok, purge.describe()
+        assert f"nvct: removed {SPEC} (a CDI spec whose hooks run nvct's programs)\n" in _said(purge), _said(purge)
+        assert sorted(os.listdir(cdi)) == ["vendor.yaml"] and (cdi / "vendor.yaml").read_text() == FOREIGN_SPEC
+    finally:
+        _purge_if_installed()
+
+
+@needs_root_and_apt
+def test_install_without_systemd_nor_driver_succeeds_with_one_line_and_no_spec(deb, tmp_path):
+    _skip_if_this_machine_has_nvct_or_the_toolkit()
+    empty = tmp_path / "no-driver"  # a node whose kernel has no NVIDIA module loaded
+    (empty / "proc").mkdir(parents=True)
+    (empty / "proc" / "devices").write_text("Character devices:\n  1 mem\n  5 /dev/tty\n")
+    no_driver = tmp_path / "no-driver.toml"
+    no_driver.write_text(f'[nvidia-container-cli]\nroot = "{empty}"\n[nvct]\ndev-root = "{empty}"\n'
+                         f'proc-root = "{empty}/proc"\n')
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    try:
+        env = {"NVIDIA_CTK_CONFIG_FILE_PATH": str(no_driver)}
+        for step in ("install", "reinstall"):  # an upgrade's postinst says it again
+            args = ("install", "--no-install-recommends", *(["--reinstall"] if step == "reinstall" else []),
+                    str(deb.path))
+            install = _apt_without_systemd(run_dir, *args, env=env)
+            assert install.ok, install.describe()
+            said = [line for line in _said(install).splitlines() if "CDI spec" in line or "cdi generate" in line]
+            assert len(said) == 1, (step, _said(install))
+            line = said[0]
+            assert line.startswith(f"nvct: no CDI spec written to {SPEC} (no systemd here to run "
+                                   "nvidia-cdi-refresh): "), line
+            assert f"{empty}/proc/driver/nvidia/version: not found: the NVIDIA driver is not loaded" in line, line
+            assert line.endswith(f"; once the driver is loaded, run: nvidia-ctk cdi generate --output={SPEC}"), line
+            assert not (run_dir / "cdi").exists() or os.listdir(run_dir / "cdi") == []  # not even half a file
+            assert _dpkg_state("nvct") == "installed"
+        purge = _apt_without_systemd(run_dir, "purge", "nvct")
+        assert purge.ok, purge.describe()
+    finally:
+        _purge_if_installed()

@@ -299,3 +299,117 @@ ls -A "$R/run/nvct" "$R/var/lib/nvct" "$R/usr/bin/nvct" "$R$site/nvct" > "$W/lef
     assert (tmp_path / "after").read_text().strip() == "package nvct is not installed"
     left = (tmp_path / "left").read_text()
     assert left.count("No such file or directory") == 4, left
+
+
+# --------------------------------------------------------------------------- the CDI spec without systemd
+
+
+SPEC = "/var/run/cdi/nvidia.yaml"  # where nvidia-cdi-refresh.service writes it
+ENV_FILE = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
+#: A spec of another vendor's: no hook runs nvct's programs, so the erase leaves it alone.
+FOREIGN_SPEC = 'cdiVersion: "0.5.0"\nkind: example.com/dev\ndevices:\n- name: null\n  containerEdits:\n' \
+               '    deviceNodes:\n    - path: /dev/null\n'
+
+#: The refresh unit's env file in the private root ($R/etc is an overlay), naming the node's config:
+#: what it sets reaches `nvidia-ctk cdi generate`, as under the unit.
+_ENV_FILE = f"""
+mkdir -p "$R{os.path.dirname(ENV_FILE)}"
+printf '# the node\\n NVIDIA_CTK_CONFIG_FILE_PATH = "%s"\\n' "$NODE_CONFIG" > "$R{ENV_FILE}"
+"""
+
+
+@needs_private_root
+@pytest.mark.skipif(not (os.access("/usr/sbin/runc", os.X_OK) and os.access("/usr/bin/crun", os.X_OK)),
+                    reason="needs /usr/sbin/runc and /usr/bin/crun")
+def test_rpm_install_without_systemd_writes_the_cdi_spec_containers_get_their_gpu_from(rpm, tmp_path):
+    """The private root's /run is a fresh tmpfs (no systemd): %post writes the refresh unit's spec, with
+    its env file; CDI requests through runc and crun get GPU 0 from it; the erase removes it, and leaves
+    another vendor's spec alone."""
+    import json
+
+    import yaml
+
+    from nvct.simulate.node import build_node
+    from tests.packaging.test_deb import GPU_CHECK
+    from tests.support.bundle import make_bundle
+    from tests.support.rootfs import make_rootfs
+
+    node_config = build_node(tmp_path / "node")["config"]
+    for runtime in ("runc", "crun"):  # the shim in cdi mode reads the spec dirs engines read
+        Path(tmp_path / f"cdi-{runtime}.toml").write_text(
+            Path(node_config).read_text() + f'\n[nvidia-container-runtime]\nmode = "cdi"\nruntimes = ["{runtime}"]\n')
+        make_bundle(tmp_path / f"b-{runtime}", make_rootfs(tmp_path / f"b-{runtime}"), ["/bin/sh", "-c", GPU_CHECK],
+                    ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    result = _in_private_root(tmp_path, _ENV_FILE + f"""
+step install rpm --root "$R" --nodeps -i {rpm.path}
+ls -A "$R/run/cdi" > "$W/cdi-after-install" 2>&1 || :
+cp "$R/run/cdi/nvidia.yaml" "$W/spec.yaml" || :  # $R/var/run links to /run: $R's once chrooted
+for rt in runc crun; do
+    step "$rt" env NVIDIA_CTK_CONFIG_FILE_PATH="$W/cdi-$rt.toml" PATH=/usr/sbin:/usr/bin:/sbin:/bin \\
+        chroot "$R" /usr/bin/nvidia-container-runtime --root /run/nvct-rpm-test run --no-pivot \\
+            --bundle "$W/b-$rt" "c-$rt" </dev/null
+done
+mkdir -p "$R/run/cdi" && printf '%s' '{FOREIGN_SPEC}' > "$R/run/cdi/vendor.yaml"
+step erase rpm --root "$R" --nodeps -e nvct
+ls -A "$R/run/cdi" > "$W/cdi-after-erase" 2>&1 || :
+cp "$R/run/cdi/vendor.yaml" "$W/vendor-after-erase.yaml" || :
+""", env={"NODE_CONFIG": node_config})
+    assert result.ok, result.describe()
+    steps = _steps(tmp_path)
+    assert steps == {"install": 0, "runc": 0, "crun": 0, "erase": 0}, \
+        {name: _step_output(tmp_path, name) for name, rc in steps.items() if rc}
+    assert f"nvct: wrote {SPEC} (cdiVersion " in _step_output(tmp_path, "install"), _step_output(tmp_path, "install")
+    assert (tmp_path / "cdi-after-install").read_text().split() == ["nvidia.yaml"]  # no temporary file left
+    spec = yaml.safe_load((tmp_path / "spec.yaml").read_text())
+    assert spec["kind"] == "nvidia.com/gpu" and {"0", "all"} <= {d["name"] for d in spec["devices"]}
+    spec_hooks = {h["path"] for h in spec["containerEdits"]["hooks"]}
+    assert spec_hooks and spec_hooks <= {f"/usr/bin/{p}" for p in PROGRAMS}, spec_hooks
+    for runtime in ("runc", "crun"):
+        said = _step_output(tmp_path, runtime).splitlines()
+        assert "has-nvidia0" in said and any(line.startswith("ok libcuda.so.1 /") for line in said), (runtime, said)
+        config = json.loads((tmp_path / f"b-{runtime}" / "config.json").read_text())
+        hooks = {h["path"] for stage in config.get("hooks", {}).values() for h in stage}
+        assert spec_hooks <= hooks, (runtime, hooks)  # the generated spec's edits, not another path
+    erase = _step_output(tmp_path, "erase")
+    assert f"nvct: removed {SPEC} (a CDI spec whose hooks run nvct's programs)" in erase, erase
+    assert (tmp_path / "cdi-after-erase").read_text().split() == ["vendor.yaml"]
+    assert (tmp_path / "vendor-after-erase.yaml").read_text() == FOREIGN_SPEC
+
+
+@needs_private_root
+def test_rpm_install_without_driver_succeeds_with_one_line_and_no_spec_and_leaves_systemd_to_the_units(
+        rpm, tmp_path):
+    """No driver: %post says so in one line, writes nothing, and the install succeeds. Where systemd runs
+    (/run/systemd/system), the enabled units write the spec: %post neither generates nor says anything."""
+    empty = tmp_path / "no-driver"  # a node whose kernel has no NVIDIA module loaded
+    (empty / "proc").mkdir(parents=True)
+    (empty / "proc" / "devices").write_text("Character devices:\n  1 mem\n  5 /dev/tty\n")
+    no_driver = tmp_path / "no-driver.toml"
+    no_driver.write_text(f'[nvidia-container-cli]\nroot = "{empty}"\n[nvct]\ndev-root = "{empty}"\n'
+                         f'proc-root = "{empty}/proc"\n')
+    result = _in_private_root(tmp_path, _ENV_FILE + f"""
+step install rpm --root "$R" --nodeps -i {rpm.path}
+ls -A "$R/run/cdi" > "$W/cdi-after-install" 2>&1 || :
+step upgrade rpm --root "$R" --nodeps -U --replacepkgs {rpm.path}
+ls -A "$R/run/cdi" > "$W/cdi-after-upgrade" 2>&1 || :
+step erase rpm --root "$R" --nodeps -e nvct
+mkdir -p "$R/run/systemd/system"
+step systemd rpm --root "$R" --nodeps -i {rpm.path}
+ls -A "$R/run/cdi" > "$W/cdi-under-systemd" 2>&1 || :
+step erase-systemd rpm --root "$R" --nodeps -e nvct
+""", env={"NODE_CONFIG": str(no_driver)})
+    assert result.ok, result.describe()
+    steps = _steps(tmp_path)
+    assert steps == {"install": 0, "upgrade": 0, "erase": 0, "systemd": 0, "erase-systemd": 0}, \
+        {name: _step_output(tmp_path, name) for name, rc in steps.items() if rc}
+    for step in ("install", "upgrade"):
+        out = _step_output(tmp_path, step)
+        said = [line for line in out.splitlines() if "CDI spec" in line or "cdi generate" in line]
+        assert len(said) == 1 and "scriptlet failed" not in out, (step, out)
+        assert said[0] == (f"nvct: no CDI spec written to {SPEC} (no systemd here to run nvidia-cdi-refresh): "
+                           f"{empty}/proc/driver/nvidia/version: not found: the NVIDIA driver is not loaded "
+                           "(load its kernel module: modprobe nvidia); once the driver is loaded, run: "
+                           f"nvidia-ctk cdi generate --output={SPEC}"), said[0]
+        assert "No such file or directory" in (tmp_path / f"cdi-after-{step}").read_text()  # not even half a file
+    assert "CDI spec" not in _step_output(tmp_path, "systemd"), _step_output(tmp_path, "systemd")
+    assert "No such file or directory" in (tmp_path / "cdi-under-systemd").read_text()
