@@ -138,3 +138,21 @@ def test_nvml_of_another_architecture_says_so(grace_node):
     with pytest.raises(DriverError, match=r"libnvidia-ml\.so\.1: cannot load NVML: an aarch64 library, "
                                           r"and this machine is x86_64"):
         driver.nvml()
+
+
+def test_utilities_are_looked_for_on_path_first_and_must_be_executable(tmp_path, monkeypatch):
+    """The driver in its own folder with a wrapper script of the same name in /usr/bin (a real H200
+    node's layout, and GKE's): PATH names the folder, and NVIDIA's lookup takes PATH first."""
+    root = tmp_path / "root"
+    for path, mode in (("usr/bin/nvidia-smi", 0o755), ("usr/local/nvidia/bin/nvidia-smi", 0o755),
+                       ("usr/bin/nvidia-debugdump", 0o644), ("usr/sbin/nvidia-debugdump", 0o755)):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("#!/bin/sh\n")
+        (root / path).chmod(mode)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[nvidia-container-cli]\nroot = "{root}"\n')
+    driver = Driver.from_config(config_mod.load(str(config)))
+    monkeypatch.setenv("PATH", "relative/bin:/usr/local/nvidia/bin/:/usr/bin")
+    assert driver.binaries(["utility"]) == ["/usr/local/nvidia/bin/nvidia-smi", "/usr/sbin/nvidia-debugdump"]
+    monkeypatch.setenv("PATH", "/usr/bin")
+    assert driver.binaries(["utility"]) == ["/usr/bin/nvidia-smi", "/usr/sbin/nvidia-debugdump"]

@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from tests.support.fixtures import skip
-from tests.support.gpu_runs import need_runtime, run_gpu
+from tests.support.gpu_runs import need_runtime, run_gpu, spec_dir
 
 pytestmark = pytest.mark.containers
 
@@ -159,3 +159,34 @@ def test_driver_libraries_under_debians_nvidia_current(tmp_path, rootfs, runtime
     result = run_gpu(tmp_path, node, rootfs, mode=mode, runtime=runtime, command=script,
                      env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility,compute"])
     assert result.ok, result.describe()
+
+
+@pytest.fixture(scope="module")
+def node_in_own_folder(tmp_path_factory):
+    """The driver's utilities in /usr/local/nvidia/bin and a wrapper script of the same name in
+    /usr/bin, as on a real H200 node: only PATH says which is the driver's."""
+    node = _node(tmp_path_factory.mktemp("ownfolder"))
+    bin_dir = os.path.join(node["roots"]["driver_root"], "usr/local/nvidia/bin")
+    os.makedirs(bin_dir)
+    smi = os.path.join(node["roots"]["driver_root"], "usr/bin/nvidia-smi")
+    shutil.move(smi, os.path.join(bin_dir, "nvidia-smi"))
+    with open(smi, "w") as f:
+        f.write("#!/bin/sh\necho wrapper\n")
+    os.chmod(smi, 0o755)
+    return node
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_utilities_come_from_the_folder_path_names_first(tmp_path, rootfs, node_in_own_folder, runtime, mode,
+                                                         monkeypatch):
+    need_runtime(runtime)
+    monkeypatch.setenv("PATH", f"/usr/local/nvidia/bin:{os.environ['PATH']}")
+    if mode == "cdi":
+        spec_dir(tmp_path, node_in_own_folder)  # generated under that PATH
+    result = run_gpu(tmp_path, node_in_own_folder, rootfs, mode=mode, runtime=runtime,
+                     env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"],
+                     command="head -c4 /usr/local/nvidia/bin/nvidia-smi | tail -c3; echo; "
+                             "[ -e /usr/bin/nvidia-smi ] && echo wrapper-too || echo no-wrapper")
+    assert result.ok, result.describe()
+    assert result.stdout.split() == ["ELF", "no-wrapper"], result.describe()
