@@ -146,7 +146,7 @@ def generate(driver: Driver, *, hook_path: str, vendor: str = DEFAULT_VENDOR, cl
         all_device = False
     else:
         limits = hook_path if generation.hook_enabled(injection.MEMORY_LIMITS_HOOK) else None
-        entries = _device_entries(driver, device_ids, _unique_strategies(strategies), limits)
+        entries = _device_entries(driver, device_ids, _unique_strategies(strategies), limits, hook_path)
     common.env.append(VOID_ENV)
     return _spec(vendor, cls, entries, common, all_device, generation, gids)
 
@@ -196,12 +196,14 @@ def mig_device_names(gpu: Gpu, mig: MigDevice, strategies: Sequence[str],
 
 
 def _device_entries(driver: Driver, device_ids: Sequence[str], strategies: Sequence[str],
-                    memory_limits: str | None = None) -> list[tuple[str, ContainerEdits]]:
+                    memory_limits: str | None = None,
+                    hook_path: str | None = None) -> list[tuple[str, ContainerEdits]]:
     """Each GPU's and MIG device's edits under each of its names.
 
     ``memory_limits``: the hook program for each whole GPU's ``apply-cuda-memory-limits``
     createRuntime hook (the reference's; it does nothing without the container's
     ``NVIDIA_GPU_MEMORY_REQUEST``/``LIMIT``); MIG devices get none (NVML refuses them).
+    ``hook_path``: the hook program for a graphics MIG device's by-path links (none without).
     """
     selection = devices.select(tuple(device_ids), driver, what="--device-id")
     entries: list[tuple[str, ContainerEdits]] = []
@@ -222,7 +224,7 @@ def _device_entries(driver: Driver, device_ids: Sequence[str], strategies: Seque
                               f"(GPU {gpu.index}, GI {mig.gi}, CI {mig.ci})") from None
 
     for gpu, mig in selection.migs:
-        edits = injection.mig_edits(driver, gpu, mig, CAPABILITIES)
+        edits = injection.mig_edits(driver, gpu, mig, CAPABILITIES, hook_path=hook_path)
         entries.extend((name, edits) for name in mig_device_names(gpu, mig, strategies, mig_uuid))
     return entries
 

@@ -88,6 +88,21 @@ class _DeviceNodes:
             out.extend(n for n in self.glob_nodes("/" + os.path.relpath(target, self.dev_root)))
         return out
 
+    def drm_links(self, gpu: Gpu) -> list[tuple[str, str]]:
+        """udev's ``/dev/dri/by-path/pci-<bus id>-card|render`` links of one GPU, as (target, link),
+        for those that name one of its :meth:`drm_nodes` (the reference's create-symlinks)."""
+        nodes = {n.path for n in self.drm_nodes(gpu)}
+        out = []
+        for suffix in ("card", "render"):
+            link = f"/dev/dri/by-path/pci-{gpu.bus_id}-{suffix}"
+            try:
+                target = os.readlink(self.dev_host_path(link))
+            except OSError:
+                continue
+            if "::" not in target and os.path.normpath(os.path.join(os.path.dirname(link), target)) in nodes:
+                out.append((target, link))
+        return out
+
     def _node(self, path: str, major: int, minor: int, default_mode: int = 0o666) -> Node:
         host = self.dev_host_path(path)
         try:

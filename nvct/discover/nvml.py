@@ -15,9 +15,11 @@ from nvct.base.errors import DriverError
 from nvct.base.record import Record
 
 SUCCESS = 0
+ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
 ERROR_NOT_FOUND = 6
 ERROR_FUNCTION_NOT_FOUND = 13
+ERROR_ARGUMENT_VERSION_MISMATCH = 25
 _ADDRESSING_ATS = 2  # NVML_DEVICE_ADDRESSING_MODE_ATS
 
 #: NVML brand ids (nvmlBrandType_t) -> the names libnvidia-container reports (the simulated node's too).
@@ -28,6 +30,26 @@ BRAND_NAMES = {
 }
 _ARCHS = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere",
           8: "ada", 9: "hopper", 10: "blackwell"}
+#: ``NVML_GPU_INSTANCE_PROFILE_CAPS_GFX``: a GPU instance profile with graphics (``1g.24gb+gfx``).
+GI_PROFILE_CAPS_GFX = 2
+#: ``NVML_GPU_INSTANCE_PROFILE_{1,2,4,3}_SLICE_GFX``: graphics profiles by their constant (v2 drivers).
+_GFX_PROFILES = frozenset({10, 11, 12, 17})
+_GI_PROFILE_COUNT = 18  # NVML_GPU_INSTANCE_PROFILE_COUNT
+_MAX_GPU_INSTANCES = 16
+
+
+class _GiProfileInfo(ctypes.Structure):
+    """``nvmlGpuInstanceProfileInfo_v3_t``; v2 has the same size (``isP2pSupported`` where v3 has none,
+    no ``capabilities``): only ``version``, ``id`` and, for v3, ``capabilities`` are read."""
+
+    _fields_ = [("version", ctypes.c_uint), ("id", ctypes.c_uint), ("_counts", ctypes.c_uint * 8),
+                ("memorySizeMB", ctypes.c_ulonglong), ("name", ctypes.c_char * 96),
+                ("capabilities", ctypes.c_uint)]
+
+
+class _GpuInstanceInfo(ctypes.Structure):  # nvmlGpuInstanceInfo_t
+    _fields_ = [("device", ctypes.c_void_p), ("id", ctypes.c_uint), ("profileId", ctypes.c_uint),
+                ("start", ctypes.c_uint), ("size", ctypes.c_uint)]
 
 
 class MigInfo(Record):
@@ -176,6 +198,40 @@ class Nvml:
             self._call("nvmlDeviceGetComputeInstanceId", mig, ctypes.byref(ci))
             out.append(MigInfo(len(out), self.uuid(mig), gi.value, ci.value))
         return out
+
+    def gfx_gpu_instances(self, handle) -> frozenset[int]:
+        """The ids of a MIG-enabled GPU's GPU instances whose profile has graphics (``+gfx``).
+
+        A profile is one by ``NVML_GPU_INSTANCE_PROFILE_CAPS_GFX`` in its info's ``capabilities``
+        (v3), or, where the driver has only v2, by its constant (the ``*_SLICE_GFX`` ones).
+        """
+        fn = getattr(self._lib, "nvmlDeviceGetGpuInstanceProfileInfoV", None)
+        if fn is None:
+            return frozenset()  # older than any graphics profile
+        info, gfx_ids = _GiProfileInfo(), []
+        for profile in range(_GI_PROFILE_COUNT):
+            for version in (3, 2):
+                ctypes.memset(ctypes.byref(info), 0, ctypes.sizeof(info))
+                info.version = ctypes.sizeof(info) | (version << 24)
+                rc = fn(handle, ctypes.c_uint(profile), ctypes.byref(info))
+                if rc != ERROR_ARGUMENT_VERSION_MISMATCH:
+                    break
+            if rc in (ERROR_NOT_SUPPORTED, ERROR_INVALID_ARGUMENT):
+                continue  # no such profile on this GPU
+            self._check("nvmlDeviceGetGpuInstanceProfileInfoV", rc)
+            caps = info.capabilities if version == 3 else 0
+            if caps & GI_PROFILE_CAPS_GFX or profile in _GFX_PROFILES:
+                gfx_ids.append(info.id)
+        out: set[int] = set()
+        for profile_id in gfx_ids:
+            instances, count = (ctypes.c_void_p * _MAX_GPU_INSTANCES)(), ctypes.c_uint(_MAX_GPU_INSTANCES)
+            self._call("nvmlDeviceGetGpuInstances", handle, ctypes.c_uint(profile_id), instances,
+                       ctypes.byref(count))
+            for i in range(count.value):
+                gi = _GpuInstanceInfo()
+                self._call("nvmlGpuInstanceGetInfo", ctypes.c_void_p(instances[i]), ctypes.byref(gi))
+                out.add(gi.id)
+        return frozenset(out)
 
     def _call(self, name: str, *args, fallback: str | None = None) -> None:
         fn = getattr(self._lib, name, None)

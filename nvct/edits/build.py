@@ -100,14 +100,19 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     edits = ContainerEdits()
     for gpu in selection.gpus:
         edits.extend(gpu_edits(driver, gpu, request.capabilities))
+    device_hooks: list[Hook | Chain] = []  # a graphics MIG device's by-path links: after nvct's chain (mig_edits)
+    mig_hook = None if sandbox or not selection.migs else hook_path or hook_executable(config)
     for gpu, mig in selection.migs:
-        edits.extend(mig_edits(driver, gpu, mig, request.capabilities))
+        device = mig_edits(driver, gpu, mig, request.capabilities, hook_path=mig_hook)
+        device_hooks, device.hooks = device_hooks + device.hooks, []
+        edits.extend(device)
     edits.extend(_mig_management_edits(request, driver))
     edits.extend(_imex_edits(request, driver))
     for feature in sorted(request.features):
         edits.extend(gated_edits(driver, feature))
     edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
                               ldconfig=ldconfig_setting(config), generation=generation, sandbox=sandbox))
+    edits.extend(ContainerEdits(hooks=device_hooks))
     _compat_gpus(edits, driver, selection)
     if not sandbox and generation is not None and generation.hook_enabled(MEMORY_LIMITS_HOOK):
         edits.extend(memory_limit_edits(request, driver, selection.gpus, hook_path or hook_executable(config)))
@@ -169,14 +174,40 @@ def gpu_edits(driver: Driver, gpu: Gpu, capabilities=()) -> ContainerEdits:
     return edits
 
 
-def mig_edits(driver: Driver, gpu: Gpu, mig: MigDevice, capabilities=()) -> ContainerEdits:
-    """A MIG device: the parent GPU's node plus its GPU- and compute-instance access nodes."""
+def mig_edits(driver: Driver, gpu: Gpu, mig: MigDevice, capabilities=(), *,
+              hook_path: str | None = None) -> ContainerEdits:
+    """A MIG device: the parent GPU's node plus its GPU- and compute-instance access nodes.
+
+    A GPU instance of a graphics profile (``1g.24gb+gfx``) also gets the parent's DRM
+    nodes, for graphics or display as a whole GPU does, and, given ``hook_path``, a
+    chain that makes their ``/dev/dri/by-path`` links (the reference's, for such a
+    MIG device). NVML is asked only when the parent has DRM nodes.
+    """
     why = f"MIG device {mig.name} (GPU {gpu.index}, GI {mig.gi}, CI {mig.ci})"
-    return ContainerEdits(device_nodes=[
+    edits = ContainerEdits(device_nodes=[
         _device(driver.gpu_node(gpu), f"parent GPU of {why}"),
         _device(driver.cap_node(mig.gi_cap_minor), f"GPU-instance access of {why}"),
         _device(driver.cap_node(mig.ci_cap_minor), f"compute-instance access of {why}"),
     ])
+    if "graphics" not in capabilities and "display" not in capabilities:
+        return edits
+    drm = driver.drm_nodes(gpu)
+    if drm and (gpu.index, mig.gi) in driver.mig_gfx:
+        edits.device_nodes.extend(_device(n, f"DRM node of the parent GPU of {why}, a graphics profile")
+                                  for n in drm)
+        if hook_path and (links := driver.drm_links(gpu)):
+            edits.hooks.append(drm_links_hook(links, hook_path, gpu))
+    return edits
+
+
+def drm_links_hook(links, hook_path: str, gpu: Gpu) -> Chain:
+    """The chain that makes a GPU's by-path links to its DRM nodes in the container.
+
+    A hook of its own: /dev is the runtime's tmpfs, so the shim cannot write them
+    beforehand (nvct.modifier.prepare); it runs after nvct's main chain.
+    """
+    return Chain("createContainer", hook_path, tuple(chain_prefix(hook_path)),
+                 (chain.CreateSymlinks(tuple(links)),), reason=f"/dev/dri/by-path links of GPU {gpu.index}")
 
 
 def ldconfig_setting(config) -> str | None:

@@ -114,7 +114,7 @@ def _gpu(g) -> dict:
         "mig_capable": g.mig_capable,
         "mig_enabled": g.mig_enabled,
         "mig_devices": [{
-            "index": m.index, "gi": m.gi, "ci": m.ci, "uuid": m.uuid, "profile": m.profile, "name": m.name,
-            "memory_mib": m.memory_mib, "gi_cap_minor": m.gi_cap_minor, "ci_cap_minor": m.ci_cap_minor,
+            "index": m.index, "gi": m.gi, "ci": m.ci, "uuid": m.uuid, "profile": m.profile, "gfx": m.gfx,
+            "name": m.name, "memory_mib": m.memory_mib, "gi_cap_minor": m.gi_cap_minor, "ci_cap_minor": m.ci_cap_minor,
         } for m in g.mig_devices],
     }

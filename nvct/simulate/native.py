@@ -239,7 +239,7 @@ def topology_header(drv: Driver, topo: Topology) -> str:
     ]
     for p in profiles:
         lines.append(f"    {{ {p.profile}, {p.id}, {p.slices}, {p.max}, {p.multiprocessors}, {p.memory_mib}ULL, "
-                     f"{p.ci_profile}, {_c(p.name)} }},")
+                     f"{p.ci_profile}, {_c(p.name)}, {2 if p.gfx else 0} }},")
     lines += ["};", "", "static const struct sim_gpu sim_gpus[SIM_NGPUS + 1] = {"]
     first_mig = 0
     for g in topo.gpus:

@@ -36,6 +36,8 @@ _UUID_NAMESPACE = _uuid.uuid5(_uuid.NAMESPACE_URL, "nvct:simulated-gpu")
 _BUS_ID = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _PRINTABLE = re.compile(r"^[\x20-\x7e]*$")
+#: NVML_GPU_INSTANCE_PROFILE_*_SLICE_GFX: a profile of these constants has graphics unless it says not.
+_GFX_PROFILES = (10, 11, 12, 17)
 #: CI profile constant (NVML_COMPUTE_INSTANCE_PROFILE_*) of a full CI, by slice count.
 _CI_PROFILE_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 6: 5, 7: 4, 8: 7}
 
@@ -56,6 +58,7 @@ class MigProfile:
     placement_size: int
     placements: tuple
     gi_ids: tuple
+    gfx: bool = False     # NVML_GPU_INSTANCE_PROFILE_CAPS_GFX: graphics (``1g.24gb+gfx``)
 
     @property
     def ci_profile(self) -> int:
@@ -81,6 +84,7 @@ class MigDevice:
     memory_mib: int
     gi_cap_minor: int
     ci_cap_minor: int
+    gfx: bool = False     # its GPU instance's profile has graphics
 
 
 @dataclass(frozen=True)
@@ -286,9 +290,10 @@ def _profiles(ctx: _Ctx, model: Mapping, where: str) -> tuple:
                        for x in ctx.list(p.get("gi_ids"), f"{w}.gi_ids"))
         if len(placements) != len(gi_ids) or not placements:
             ctx.fail(w, "placements and gi_ids must be non-empty and of the same length")
+        constant = ctx.integer(p.get("profile"), f"{w}.profile", 0, 31)
         prof = MigProfile(
             name=ctx.string(p.get("name"), f"{w}.name", max_len=40),
-            profile=ctx.integer(p.get("profile"), f"{w}.profile", 0, 31),
+            profile=constant,
             id=ctx.integer(p.get("id"), f"{w}.id", 0, 63),
             slices=ctx.integer(p.get("slices"), f"{w}.slices", 1, slices),
             max=ctx.integer(p.get("max", 1), f"{w}.max", 1, 8),
@@ -297,6 +302,7 @@ def _profiles(ctx: _Ctx, model: Mapping, where: str) -> tuple:
             placement_size=ctx.integer(p.get("placement_size", 1), f"{w}.placement_size", 1, slices),
             placements=placements,
             gi_ids=gi_ids,
+            gfx=ctx.boolean(p.get("gfx", constant in _GFX_PROFILES), f"{w}.gfx"),
         )
         if prof.slices not in _CI_PROFILE_BY_SLICES:
             ctx.fail(f"{w}.slices", f"no compute-instance profile has {prof.slices} slices")
@@ -407,6 +413,7 @@ def _place(ctx: _Ctx, gpu: dict, profiles: tuple, instances: list, where: str) -
             placement_start=start, placement_size=prof.placement_size, slices=prof.slices,
             multiprocessors=prof.multiprocessors, memory_mib=prof.memory_mib,
             gi_cap_minor=gi_cap_minor(gpu["minor"], gi), ci_cap_minor=ci_cap_minor(gpu["minor"], gi, ci),
+            gfx=prof.gfx,
         ))
     return devices
 

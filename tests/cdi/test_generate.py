@@ -250,3 +250,59 @@ def test_no_memory_limits_hook_where_hooks_are_off_or_not_per_gpu(node, mode, di
     raw = generate.generate(node_driver(node), hook_path=HOOK, mode=mode,
                             generation=Generation(disabled_hooks=disabled))
     assert not any(_limits_hooks(d["containerEdits"]) for d in raw["devices"])
+
+
+# --- graphics MIG profiles (+gfx) ---
+
+@pytest.fixture(scope="module")
+def gfx_node(sim_base):
+    """RTX PRO 6000 node: GPU 0's MIG devices 0:0 (2g.48gb+gfx), 0:1 (1g.24gb), 0:2 (1g.24gb+gfx)."""
+    import os
+
+    from nvct.simulate import cached_node
+
+    if os.geteuid() != 0:
+        from tests.support.fixtures import skip
+
+        skip("needs root (the simulated node's device nodes are made with mknod)")
+    topology = os.path.join(os.path.dirname(__file__), "..", "..", "nvct", "simulate", "rtx-pro-6000.json")
+    return cached_node(sim_base, topology=os.path.abspath(topology))
+
+
+_BUS = "0000:17:00.0"
+
+
+def _hook_args(edits):
+    return [h["args"] for h in edits.get("hooks", [])]
+
+
+def test_a_graphics_mig_device_has_the_parents_drm_nodes_and_by_path_links(gfx_node):
+    raw = generate.generate(node_driver(gfx_node), hook_path=HOOK)
+    migs = gfx_node["gpus"][0]["mig_devices"]
+    for mig, name in ((migs[2], "0:2"), (migs[2], migs[2]["uuid"]), (migs[0], "0:0"), (migs[0], migs[0]["uuid"])):
+        edits = _device(raw, name)["containerEdits"]
+        caps = {f"/dev/nvidia-caps/nvidia-cap{mig[k]}" for k in ("gi_cap_minor", "ci_cap_minor")}
+        assert set(_node_paths(raw, name)) == {"/dev/dri/card0", "/dev/dri/renderD128", "/dev/nvidia0", *caps}
+        [args] = _hook_args(edits)
+        assert args[-4:] == ["--link", f"../card0::/dev/dri/by-path/pci-{_BUS}-card",
+                             "--link", f"../renderD128::/dev/dri/by-path/pci-{_BUS}-render"]
+        assert "create-symlinks" in args
+    assert not any(n["path"].startswith("/dev/dri") for n in raw["containerEdits"]["deviceNodes"])
+
+
+def test_a_compute_mig_device_has_neither(gfx_node):
+    raw = generate.generate(node_driver(gfx_node), hook_path=HOOK)
+    mig = gfx_node["gpus"][0]["mig_devices"][1]
+    for name in ("0:1", mig["uuid"]):
+        assert not [p for p in _node_paths(raw, name) if p.startswith("/dev/dri")]
+        assert _hook_args(_device(raw, name)["containerEdits"]) == []
+
+
+@pytest.mark.parametrize("mode, disabled", [("auto", ("create-symlinks",)), ("auto", ("all",)), ("sandbox", ())])
+def test_no_links_hook_where_hooks_are_off(gfx_node, mode, disabled):
+    from nvct.cdi.features import Generation
+
+    raw = generate.generate(node_driver(gfx_node), hook_path=HOOK, mode=mode,
+                            generation=Generation(disabled_hooks=disabled))
+    assert "/dev/dri/renderD128" in _node_paths(raw, "0:2")
+    assert _hook_args(_device(raw, "0:2")["containerEdits"]) == []

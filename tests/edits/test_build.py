@@ -193,3 +193,100 @@ def test_video_gets_the_vdpau_module_by_the_name_libvdpau_opens(setup):
     args = edits.hooks[0].args
     assert f"libvdpau_nvidia.so.550.54.15::{vdpau}/libvdpau_nvidia.so.1" in args
     assert not any(a.endswith(f"{vdpau}/libvdpau_nvidia.so") for a in args)
+
+
+# --- graphics MIG profiles (+gfx): the parent's DRM nodes and by-path links ---
+
+GFX_TOPOLOGY = os.path.join(os.path.dirname(__file__), "..", "..", "nvct", "simulate", "rtx-pro-6000.json")
+
+
+@pytest.fixture(scope="module")
+def gfx_setup(tmp_path_factory):
+    """The RTX PRO 6000 node: GPU 0's MIG devices 0:0 (2g+gfx, GI 1), 0:1 (1g, GI 5), 0:2 (1g+gfx, GI 6)."""
+    if os.geteuid() != 0:
+        from tests.support.fixtures import skip
+
+        skip("needs root (builds a simulated GPU node with mknod)")
+    from nvct.simulate.node import cached_node
+
+    node = cached_node(tmp_path_factory.getbasetemp() / "sim", topology=os.path.abspath(GFX_TOPOLOGY))
+    return config_mod.load(node["config"]), node
+
+
+def _gfx_edits(gfx_setup, visible, caps="all", **kw):
+    config, _ = gfx_setup
+    driver = Driver.from_config(config)
+    req = request_mod.from_env({"NVIDIA_VISIBLE_DEVICES": visible, "NVIDIA_DRIVER_CAPABILITIES": caps}, config)
+    return injection.container_edits(req, driver, config, hook_path="/usr/bin/nvct", **kw), driver
+
+
+def _link_chains(edits):
+    return [h for h in edits.hooks if [s.name for s in getattr(h, "steps", ())] == ["create-symlinks"]]
+
+
+BUS = "0000:17:00.0"
+LINKS = (("../card0", f"/dev/dri/by-path/pci-{BUS}-card"), ("../renderD128", f"/dev/dri/by-path/pci-{BUS}-render"))
+
+
+@pytest.mark.parametrize("visible", ["0:2", "0:0"])
+def test_a_graphics_mig_device_gets_the_parents_drm_nodes_and_a_links_chain_after_nvcts(gfx_setup, visible):
+    edits, driver = _gfx_edits(gfx_setup, visible)
+    paths = [n.path for n in edits.device_nodes]
+    assert "/dev/dri/card0" in paths and "/dev/dri/renderD128" in paths
+    assert "/dev/dri/card1" not in paths  # GPU 1's are not the parent's
+    assert driver.mig_gfx == {(0, 1), (0, 6)}
+    chains = _link_chains(edits)
+    assert [c.steps[0].links for c in chains] == [LINKS]
+    assert edits.hooks[-1] is chains[0]  # after the main chain, which may end in readonly-root
+    assert "graphics profile" in next(n.reason for n in edits.device_nodes if n.path == "/dev/dri/renderD128")
+
+
+@pytest.mark.parametrize("visible, caps", [("0:1", "all"), ("0:2", "compute,utility")])
+def test_no_drm_for_a_compute_mig_device_or_without_graphics(gfx_setup, visible, caps):
+    edits, driver = _gfx_edits(gfx_setup, visible, caps)
+    assert not [n.path for n in edits.device_nodes if n.path.startswith("/dev/dri")]
+    assert _link_chains(edits) == []
+    if caps != "all":
+        assert "mig_gfx" not in driver.__dict__  # NVML not asked
+
+
+def test_whole_gpus_never_ask_nvml_for_graphics_profiles(gfx_setup):
+    edits, driver = _gfx_edits(gfx_setup, "1")
+    assert "/dev/dri/renderD129" in [n.path for n in edits.device_nodes]
+    assert "mig_gfx" not in driver.__dict__ and "mig_uuids" not in driver.__dict__
+
+
+def test_two_graphics_mig_devices_of_one_gpu_share_one_links_chain(gfx_setup):
+    edits, _ = _gfx_edits(gfx_setup, "0:0,0:2")
+    assert len(_link_chains(edits)) == 1
+
+
+def test_sandbox_edits_have_drm_nodes_but_no_hook(gfx_setup):
+    edits, _ = _gfx_edits(gfx_setup, "0:2", sandbox=True)
+    assert "/dev/dri/renderD128" in [n.path for n in edits.device_nodes]
+    assert edits.hooks == []
+
+
+def test_a_gpu_without_drm_nodes_does_not_ask_nvml(gfx_setup, tmp_path):
+    config, node = gfx_setup
+    driver = Driver.from_config(config)
+    driver.dev_root = str(tmp_path)  # no /dev/dri/by-path there
+    gpu = driver.gpus[0]
+    edits = injection.mig_edits(driver, gpu, gpu.migs[2], ("graphics",), hook_path="/usr/bin/nvct")
+    assert edits.hooks == [] and "mig_gfx" not in driver.__dict__
+
+
+def test_when_nvml_cannot_tell_the_mig_device_still_works_without_drm(gfx_setup, monkeypatch, caplog):
+    from nvct.base.errors import DriverError
+
+    config, _ = gfx_setup
+    driver = Driver.from_config(config)
+
+    def broken():
+        raise DriverError("libnvidia-ml.so.1 not found")
+
+    monkeypatch.setattr(driver, "nvml", broken)
+    gpu = driver.gpus[0]
+    edits = injection.mig_edits(driver, gpu, gpu.migs[2], ("graphics",), hook_path="/usr/bin/nvct")
+    assert [n.path for n in edits.device_nodes][0] == "/dev/nvidia0"
+    assert not [n for n in edits.device_nodes if n.path.startswith("/dev/dri")]

@@ -401,3 +401,66 @@ def test_only_nvml_symbols_are_exported(node550):
                      "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlDeviceGetAttributes_v2",
                      "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlGpuInstanceGetComputeInstanceProfileInfoV"):
         assert required in symbols
+
+
+# --- graphics MIG profiles (+gfx): the v3 profile info's capabilities ---
+
+GFX_TOPOLOGY = os.path.join(os.path.dirname(__file__), "..", "..", "nvct", "simulate", "rtx-pro-6000.json")
+GI_PROFILE_CAPS_GFX = 2
+
+
+class GiProfileInfoV3(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("id", ctypes.c_uint)] + [(n, ctypes.c_uint) for n in (
+        "sliceCount", "instanceCount", "multiprocessorCount", "copyEngineCount", "decoderCount", "encoderCount",
+        "jpegCount", "ofaCount")] + [("memorySizeMB", ctypes.c_ulonglong), ("name", ctypes.c_char * 96),
+                                     ("capabilities", ctypes.c_uint)]
+
+
+class GiProfileInfoV2(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("id", ctypes.c_uint), ("isP2pSupported", ctypes.c_uint)] + [
+        (n, ctypes.c_uint) for n in ("sliceCount", "instanceCount", "multiprocessorCount", "copyEngineCount",
+                                     "decoderCount", "encoderCount", "jpegCount", "ofaCount")] + [
+        ("memorySizeMB", ctypes.c_ulonglong), ("name", ctypes.c_char * 96)]
+
+
+@pytest.fixture(scope="module")
+def gfx_nvml(tmp_path_factory):
+    from nvct.simulate.node import cached_node
+
+    node = cached_node(tmp_path_factory.getbasetemp() / "sim", topology=os.path.abspath(GFX_TOPOLOGY))
+    n = Nvml(os.path.join(node["roots"]["driver_root"], LIB64, "libnvidia-ml.so.1"))
+    assert n.nvmlInit_v2() == SUCCESS
+    yield n
+    assert n.nvmlShutdown() == SUCCESS
+
+
+def _profile(n, cls, version, profile):
+    info = cls()
+    info.version = ctypes.sizeof(cls) | (version << 24)
+    return n.nvmlDeviceGetGpuInstanceProfileInfoV(n.handle(0), profile, ctypes.byref(info)), info
+
+
+def test_v3_profile_info_says_which_profiles_have_graphics(gfx_nvml):
+    assert ctypes.sizeof(GiProfileInfoV3) == ctypes.sizeof(GiProfileInfoV2) == 152  # as nvml.h's
+    seen = {}
+    for profile in range(18):
+        rc, info = _profile(gfx_nvml, GiProfileInfoV3, 3, profile)
+        if rc == SUCCESS:
+            assert info.version >> 24 == 3
+            seen[info.name.decode()] = bool(info.capabilities & GI_PROFILE_CAPS_GFX)
+        else:
+            assert rc == NOT_SUPPORTED
+    assert seen == {"MIG 1g.24gb": False, "MIG 2g.48gb": False, "MIG 4g.96gb": False, "MIG 1g.24gb+me": False,
+                    "MIG 1g.24gb+gfx": True, "MIG 2g.48gb+gfx": True, "MIG 4g.96gb+gfx": True}
+
+
+def test_v2_profile_info_still_answers_and_other_versions_do_not(gfx_nvml):
+    rc, info = _profile(gfx_nvml, GiProfileInfoV2, 2, 10)  # NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX
+    assert rc == SUCCESS and info.name == b"MIG 1g.24gb+gfx" and info.id == 47
+    assert _profile(gfx_nvml, GiProfileInfoV3, 4, 10)[0] == ARGUMENT_VERSION_MISMATCH
+
+
+def test_the_default_node_has_no_graphics_profile(nvml):
+    for profile in range(18):
+        rc, info = _profile(nvml, GiProfileInfoV3, 3, profile)
+        assert rc == NOT_SUPPORTED or not info.capabilities & GI_PROFILE_CAPS_GFX

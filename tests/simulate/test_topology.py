@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 
@@ -159,4 +160,19 @@ def test_minimal_topology_gets_defaults():
     assert g.uuid.startswith("GPU-") and g.cores == 40 * 128
     raw["gpus"][0]["mig"] = {"enabled": True}
     with pytest.raises(TopologyError, match="has no MIG profiles"):
+        resolve(raw)
+
+
+def test_graphics_profiles_by_their_constant_or_as_they_say():
+    raw = topology.load(os.path.join(os.path.dirname(topology.__file__), "rtx-pro-6000.json"))[0]
+    resolved = resolve(raw)
+    assert {p.name for p in resolved.profiles["RTX-PRO-6000-BSE"] if p.gfx} == {
+        "1g.24gb+gfx", "2g.48gb+gfx", "4g.96gb+gfx"}
+    assert [(m.index, m.gi, m.profile, m.gfx) for m in resolved.gpus[0].mig_devices] == [
+        (0, 1, "2g.48gb+gfx", True), (1, 5, "1g.24gb", False), (2, 6, "1g.24gb+gfx", True)]
+    assert not any(p.gfx for p in resolve(topology.load(None)[0]).profiles["H100-SXM5-80GB"])
+    raw["models"]["RTX-PRO-6000-BSE"]["mig"]["profiles"][1]["gfx"] = False  # a profile may say otherwise
+    assert not resolve(raw).gpus[0].mig_devices[2].gfx
+    raw["models"]["RTX-PRO-6000-BSE"]["mig"]["profiles"][1]["gfx"] = "yes"
+    with pytest.raises(TopologyError, match=r"profiles\[1\]\.gfx: must be true or false"):
         resolve(raw)

@@ -866,6 +866,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, uns
     return NVML_SUCCESS;
 }
 
+/* v2 or v3 (by the version the caller set): v3 carries the profile's capabilities (+gfx). */
 EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
                                                         nvmlGpuInstanceProfileInfo_v2_t *info)
 {
@@ -873,11 +874,30 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, un
     const struct sim_profile *p;
 
     GPU_ONLY(device, info);
-    if (info->version != nvmlGpuInstanceProfileInfo_v2)
+    if (info->version != nvmlGpuInstanceProfileInfo_v2 && info->version != nvmlGpuInstanceProfileInfo_v3)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (!g->mig_capable || (p = find_profile(g, profile)) == NULL)
         return NVML_ERROR_NOT_SUPPORTED;
     fill_gi_profile(p, &v1);
+    if (info->version == nvmlGpuInstanceProfileInfo_v3) {
+        nvmlGpuInstanceProfileInfo_v3_t *v3 = (nvmlGpuInstanceProfileInfo_v3_t *)info;
+
+        memset(v3, 0, sizeof *v3);
+        v3->version = nvmlGpuInstanceProfileInfo_v3;
+        v3->id = v1.id;
+        v3->sliceCount = v1.sliceCount;
+        v3->instanceCount = v1.instanceCount;
+        v3->multiprocessorCount = v1.multiprocessorCount;
+        v3->copyEngineCount = v1.copyEngineCount;
+        v3->decoderCount = v1.decoderCount;
+        v3->encoderCount = v1.encoderCount;
+        v3->jpegCount = v1.jpegCount;
+        v3->ofaCount = v1.ofaCount;
+        v3->memorySizeMB = v1.memorySizeMB;
+        v3->capabilities = p->capabilities;
+        snprintf(v3->name, sizeof v3->name, "MIG %s", p->name);
+        return NVML_SUCCESS;
+    }
     memset(info, 0, sizeof *info);
     info->version = nvmlGpuInstanceProfileInfo_v2;
     info->id = v1.id;

@@ -130,6 +130,25 @@ typedef struct {
 } nvmlGpuInstanceProfileInfo_v2_t;
 #define nvmlGpuInstanceProfileInfo_v2 NVML_STRUCT_VERSION(sizeof(nvmlGpuInstanceProfileInfo_v2_t), 2)
 
+/* v3: no isP2pSupported, a capabilities mask at the end (the same size as v2). */
+typedef struct {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[NVML_GPU_INSTANCE_PROFILE_NAME_SIZE];
+    unsigned int capabilities;
+} nvmlGpuInstanceProfileInfo_v3_t;
+#define nvmlGpuInstanceProfileInfo_v3 NVML_STRUCT_VERSION(sizeof(nvmlGpuInstanceProfileInfo_v3_t), 3)
+#define NVML_GPU_INSTANCE_PROFILE_CAPS_GFX 0x2
+
 typedef struct {
     unsigned int start;
     unsigned int size;

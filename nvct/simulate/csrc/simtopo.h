@@ -14,6 +14,7 @@ struct sim_profile {
     unsigned long long memory_mib;
     unsigned int ci_profile;       /* constant of the full compute instance */
     const char *name;
+    unsigned int capabilities;     /* NVML_GPU_INSTANCE_PROFILE_CAPS_* (v3 profile info) */
 };
 
 struct sim_gpu {
