@@ -261,12 +261,17 @@ class Driver(_DeviceNodes):
         return ok
 
     def binaries(self, capabilities) -> list[str]:
+        """Each driver utility's first executable file under the driver root, looked for in the
+        caller's PATH, then in :data:`BIN_DIRS`, as NVIDIA's lookup does: nodes that keep the
+        driver in its own folder (``/usr/local/nvidia/bin``) name it in PATH, and may have a
+        wrapper script of the same name in /usr/bin."""
+        dirs = _search_dirs(os.environ.get("PATH", ""))
         out = []
         for cap in capabilities:
             for name in BINARIES.get(cap, ()):
-                for d in BIN_DIRS:
+                for d in dirs:
                     path = f"{d}/{name}"
-                    if os.path.isfile(self.host_path(path)):
+                    if _is_executable(self.host_path(path)):
                         out.append(path)
                         break
         return out
@@ -388,3 +393,17 @@ class Driver(_DeviceNodes):
             logger.warning("graphics MIG profiles unknown, so no MIG device gets DRM nodes: %s", e)
             return frozenset()
         return frozenset(out)
+
+
+def _search_dirs(path_variable: str) -> list[str]:
+    """PATH's absolute folders, then the standard ones it lacks."""
+    dirs = [os.path.normpath(d) for d in path_variable.split(":") if d.startswith("/")]
+    return list(dict.fromkeys([*dirs, *BIN_DIRS]))
+
+
+def _is_executable(path: str) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return st.st_mode & 0o170000 == 0o100000 and bool(st.st_mode & 0o111)
