@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.bundle import make_bundle
 from tests.support.compat import NOTE_575, make_compat_libcuda, mixed_brands_node
-from tests.support.gpu_runs import PATH_ENV, SHIM, need_runtime, node_config, run_gpu, spec_dir
+from tests.support.gpu_runs import PATH_ENV, SHIM, generate_spec, need_runtime, node_config, run_gpu, spec_dir
 from tests.support.runtimes import RUNTIMES, run_container
 
 pytestmark = pytest.mark.containers
@@ -121,3 +121,27 @@ def test_the_device_list_by_the_container_gpus(tmp_path, mixed_node, rootfs, run
                           env=[f"NVIDIA_VISIBLE_DEVICES={visible}"], command="dlopen-probe libcuda.so.1"))
     assert out == f"ok libcuda.so.1 {folder}/libcuda.so.1"
 
+
+
+@pytest.mark.parametrize("gpu, folder", [("0", COMPAT), ("1", HOST)])
+def test_podman_applying_a_generated_spec(tmp_path, mixed_node, rootfs, gpu, folder):
+    """A native CDI consumer (podman 4.3, crun): the spec's chain, shared by every device, finds the
+    container's GPU by its /dev/nvidiaN node and NVML gives its brand."""
+    from tests.support.fixtures import need_binaries
+    from tests.support.image import build_image_tar
+    from tests.support.podman import CDI_DIRS, PODMAN, Podman, cdi_spec, unique_cdi_vendor
+
+    need_binaries(PODMAN)
+    _image(mixed_node, rootfs, {"Format": 1, "CUDA Version": "12.9", "Driver": [550], "Device": NOTE_575["Device"]})
+    vendor = unique_cdi_vendor()
+    generate_spec(tmp_path, mixed_node["config"], vendor)
+    with open(os.path.join(spec_dir(tmp_path), "nvidia.yaml")) as f:
+        text = f.read()
+    tar = os.path.join(str(tmp_path), "image.tar")
+    build_image_tar(rootfs, tar, "nvct/compat", "latest")
+    with Podman() as podman, cdi_spec(text, directory=CDI_DIRS[1], suffix=".yaml"):
+        podman.load(tar)
+        result = podman.run(["--rm", "--device", f"{vendor}/gpu={gpu}", "docker.io/nvct/compat:latest",
+                             "dlopen-probe", "libcuda.so.1"])
+    assert result.rc == 0, result.describe()
+    assert result.stdout.strip() == f"ok libcuda.so.1 {folder}/libcuda.so.1"
