@@ -73,11 +73,13 @@ GATED = {
 
 
 def container_edits(request: Request, driver: Driver, config, *, hook_path: str | None = None,
-                    generation=None, sandbox: bool = False) -> ContainerEdits:
+                    generation=None, sandbox: bool = False, nodes_only: bool = False) -> ContainerEdits:
     """All edits for one GPU request (devices, then what they share).
 
     ``generation``: jit-cdi's feature flags and hook choices (:mod:`nvct.cdi.features`).
     ``sandbox``: no hook at all (:mod:`nvct.edits.sandbox`).
+    ``nodes_only``: the device nodes all the same, the driver's files left undiscovered (legacy's
+    device rules: the hook finds the files itself).
     """
     if not request.is_gpu:
         return ContainerEdits()
@@ -111,7 +113,8 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     for feature in sorted(request.features):
         edits.extend(gated_edits(driver, feature))
     edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
-                              ldconfig=ldconfig_setting(config), generation=generation, sandbox=sandbox))
+                              ldconfig=ldconfig_setting(config), generation=generation, sandbox=sandbox,
+                              nodes_only=nodes_only))
     edits.extend(ContainerEdits(hooks=device_hooks))
     _compat_gpus(edits, driver, selection)
     if not sandbox and generation is not None and generation.hook_enabled(MEMORY_LIMITS_HOOK):
@@ -224,18 +227,21 @@ def ldconfig_setting(config) -> str | None:
     return None if value == "@/sbin/ldconfig" else value
 
 
-def common_edits(driver: Driver, capabilities, *, hook_path: str,
-                 ldconfig: str | None = None, generation=None, sandbox: bool = False) -> ContainerEdits:
+def common_edits(driver: Driver, capabilities, *, hook_path: str, ldconfig: str | None = None,
+                 generation=None, sandbox: bool = False, nodes_only: bool = False) -> ContainerEdits:
     """What every GPU container with ``capabilities`` gets, whichever GPUs it has.
 
     ``ldconfig``: the host ldconfig for the update-ldcache step (None: the default).
     ``generation``: feature flags that leave out the IPC sockets or add libraries.
     ``sandbox``: library mounts under their link names instead of the hook (:mod:`nvct.edits.sandbox`).
+    ``nodes_only``: the control nodes alone.
     """
     caps = set(capabilities)
     sets = library_sets(caps)  # video brings the compute libraries, display the graphics ones
     edits = ContainerEdits()
     edits.device_nodes.extend(_device(n, "driver control node") for n in driver.control_nodes())
+    if nodes_only:
+        return edits
 
     libraries = driver.libraries(sets, compat32="compat32" in caps)
     if "video" in sets:

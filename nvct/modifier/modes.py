@@ -281,7 +281,7 @@ def legacy_device_rules(request: Request, config, driver=None) -> ContainerEdits
     from nvct.edits import build as injection
 
     driver = driver or Driver.from_config(config)
-    nodes = injection.container_edits(request, driver, config).device_nodes
+    nodes = injection.container_edits(request, driver, config, nodes_only=True).device_nodes
     return ContainerEdits(device_nodes=[n for n in nodes if n.type in ("b", "c")])
 
 

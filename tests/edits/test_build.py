@@ -195,6 +195,24 @@ def test_video_gets_the_vdpau_module_by_the_name_libvdpau_opens(setup):
     assert not any(a.endswith(f"{vdpau}/libvdpau_nvidia.so") for a in args)
 
 
+@pytest.mark.parametrize("env, privileged", [
+    ({"NVIDIA_VISIBLE_DEVICES": "all"}, False),
+    ({"NVIDIA_VISIBLE_DEVICES": "1", "NVIDIA_DRIVER_CAPABILITIES": "all"}, False),
+    ({"NVIDIA_VISIBLE_DEVICES": "0:1,2", "NVIDIA_DRIVER_CAPABILITIES": "graphics,display,compute"}, False),
+    ({"NVIDIA_VISIBLE_DEVICES": "none", "NVIDIA_MIG_CONFIG_DEVICES": "0", "NVIDIA_MIG_MONITOR_DEVICES": "all",
+      "NVIDIA_IMEX_CHANNELS": "1"}, True),
+])
+def test_nodes_only_gives_the_same_device_nodes_without_the_files(setup, env, privileged):
+    """Legacy's device rules (nvct.modifier.modes.legacy_device_rules): every node, no library discovered."""
+    config, driver = setup
+    req = request_mod.from_env(env, config, privileged=privileged)
+    whole = injection.container_edits(req, driver, config, hook_path="/usr/bin/nvct")
+    nodes = injection.container_edits(req, Driver.from_config(config), config, hook_path="/usr/bin/nvct",
+                                      nodes_only=True)
+    assert nodes.device_nodes == whole.device_nodes and nodes.device_nodes
+    assert not nodes.mounts and whole.mounts
+
+
 # --- graphics MIG profiles (+gfx): the parent's DRM nodes and by-path links ---
 
 GFX_TOPOLOGY = os.path.join(os.path.dirname(__file__), "..", "..", "nvct", "simulate", "rtx-pro-6000.json")
@@ -290,3 +308,10 @@ def test_when_nvml_cannot_tell_the_mig_device_still_works_without_drm(gfx_setup,
     edits = injection.mig_edits(driver, gpu, gpu.migs[2], ("graphics",), hook_path="/usr/bin/nvct")
     assert [n.path for n in edits.device_nodes][0] == "/dev/nvidia0"
     assert not [n for n in edits.device_nodes if n.path.startswith("/dev/dri")]
+
+
+@pytest.mark.parametrize("visible", ["0:0", "0:2,1"])
+def test_nodes_only_gives_a_graphics_mig_devices_drm_nodes(gfx_setup, visible):
+    whole, _ = _gfx_edits(gfx_setup, visible)
+    nodes, _ = _gfx_edits(gfx_setup, visible, nodes_only=True)
+    assert nodes.device_nodes == whole.device_nodes and "/dev/dri/card0" in [n.path for n in nodes.device_nodes]
