@@ -94,7 +94,8 @@ def compat_choice(root, step: kinds.EnableCudaCompat, spec: dict | None = None) 
     if devices:  # only now, and only for a note with a device list, is NVML asked
         unlisted, unknown = _unlisted(devices, step, spec)
         if unlisted:
-            return None, (f"{path}: its CUDA compat note's device list ({', '.join(map(str, devices))}) does not "
+            listed = ", ".join(map(str, devices[:32])) + (", ..." if len(devices) > 32 else "")  # the image's
+            return None, (f"{path}: its CUDA compat note's device list ({listed}) does not "
                           f"list {'; '.join(unlisted)} (CUDA error 804 if used)")
         why += f"; {unknown}" if unknown else "; the note's device list names the brand of every GPU"
     return root.realpath(folder), why

@@ -198,3 +198,11 @@ def test_explain_names_the_gpu_the_list_leaves_out(node, tmp_path, mode):
                                     "note's device list (1, 2, 7, 8, 9, 10, 11, 12, 13, 14) does not list "
                                     f"GPU {gpu} (geforcertx, brand 15)"), result.compat
     assert f"cuda compat: {result.compat}" in explainview.render_text(result)
+
+
+def test_a_hostile_device_list_is_bounded_in_the_reason(tmp_path):
+    """The image writes the note: its list shows in the reason (explain, the hook's log) cut short."""
+    folder, why = compat.compat_choice(_root(tmp_path, _note(list(range(100, 5100)))),
+                                       kinds.EnableCudaCompat(HOST, gpu_brands=("5",)))
+    assert folder is None and "(100, 101," in why and ", ...) does not list the GPU brand 5 " in why
+    assert len(why) < 400
