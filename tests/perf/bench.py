@@ -295,8 +295,9 @@ def main() -> None:
                         "/run/nvct lock (rounds: a quarter of --runs, at least 3)")
     parser.add_argument("--cases", help="only these container cases (comma-separated names, e.g. "
                         "jit-cdi_8gpu,gpus-hook_8gpu; plain runc always runs), no other figures")
-    parser.add_argument("--other", metavar="BINDIR", help="with --cases: each case also through another "
-                        "install's programs (e.g. an older checkout's virtualenv bin), as NAME@other, "
+    parser.add_argument("--other", metavar="BINDIR", action="append", help="with --cases: each case also "
+                        "through another install's programs (e.g. an older checkout's virtualenv bin), as "
+                        "NAME@other (a second --other: NAME@other2, ...), "
                         "interleaved in the same run, its configs copied so their /run/nvct records stay apart")
     parser.add_argument("--reference", metavar="BINDIR", help="with --cases: also NVIDIA's programs built by "
                         "../shared/reference/build-reference.sh (their bin dir) on the 8-GPU node, as "
@@ -406,7 +407,7 @@ def default_configs(work: str) -> dict[str, str]:
 
 
 def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs: int,
-                       toolkits: dict[str, str], only: set[str] | None = None, other: str | None = None,
+                       toolkits: dict[str, str], only: set[str] | None = None, other: list[str] | None = None,
                        reference: str | None = None) -> None:
     from tests.support.bundle import make_bundle
     from tests.support.rootfs import make_rootfs
@@ -452,8 +453,10 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
         cases[f"jit-cdi_8gpu_{name}"] = Case([os.path.join(toolkit, "nvidia-container-runtime")], bundle, env)
     if only:
         cases = {name: case for name, case in cases.items() if name == "runc_plain" or name in only}
-    if other:
-        cases.update({f"{name}@other": _other_case(case, other, work) for name, case in cases.items()
+    ours = list(cases.items())
+    for i, bindir in enumerate(other or ()):
+        tag = "other" if i == 0 else f"other{i + 1}"
+        cases.update({f"{name}@{tag}": _other_case(case, bindir, work, tag) for name, case in ours
                       if name != "runc_plain"})
     if reference:
         cases.update(_reference_cases(nodes["8gpu"], work, reference, env))
@@ -469,7 +472,7 @@ def _container_figures(figures: dict, nodes: dict, rootfs: str, work: str, runs:
             figures[f"{name}_cpu_ratio"] = cpu[name] / cpu["runc_plain"]
 
 
-def _other_case(case: Case, bindir: str, work: str) -> Case:
+def _other_case(case: Case, bindir: str, work: str, tag: str = "other") -> Case:
     """``case`` through the programs in ``bindir``: the shim in its argv and the hook in its spec
     swapped, its config copied to a path of its own (the /run/nvct records are per config path)."""
     swap = {SHIM: os.path.join(bindir, "nvidia-container-runtime"),
@@ -477,8 +480,8 @@ def _other_case(case: Case, bindir: str, work: str) -> Case:
     env = dict(case.env) if case.env is not None else None
     cfg = (env or {}).get("NVIDIA_CTK_CONFIG_FILE_PATH")
     if cfg:
-        env["NVIDIA_CTK_CONFIG_FILE_PATH"] = _copy_old(cfg, cfg + ".other.toml")
-    bundle = os.path.join(work, "other-" + os.path.basename(case.bundle.rstrip("/")))
+        env["NVIDIA_CTK_CONFIG_FILE_PATH"] = _copy_old(cfg, f"{cfg}.{tag}.toml")
+    bundle = os.path.join(work, f"{tag}-" + os.path.basename(case.bundle.rstrip("/")))
     if not os.path.isdir(bundle):
         os.makedirs(bundle)
         with open(os.path.join(case.bundle, "config.json")) as f:
@@ -488,7 +491,7 @@ def _other_case(case: Case, bindir: str, work: str) -> Case:
             hook["path"] = swap.get(hook["path"], hook["path"])
             hook["env"] = [e if not e.startswith("NVIDIA_CTK_CONFIG_FILE_PATH=") else
                            "NVIDIA_CTK_CONFIG_FILE_PATH=" + _copy_old(e.split("=", 1)[1], e.split("=", 1)[1]
-                                                                      + ".other.toml") for e in hook.get("env", [])]
+                                                                      + f".{tag}.toml") for e in hook.get("env", [])]
         with open(os.path.join(bundle, "config.json"), "w") as f:
             json.dump(spec, f)
     return Case([swap.get(a, a) for a in case.argv], bundle, env)
