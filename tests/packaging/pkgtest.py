@@ -45,6 +45,17 @@ def build_package(script: str, out_dir: Path, timeout: float = 180, env: dict | 
     return Path(result.stdout.strip().splitlines()[-1])
 
 
+_BUILT: dict[str, Path] = {}
+
+
+def built_deb(tmp_path_factory) -> Path:
+    """This tree's .deb, built once per session for every test that inspects or installs it."""
+    key = str(tmp_path_factory.getbasetemp())
+    if key not in _BUILT:
+        _BUILT[key] = build_package("build-deb.sh", tmp_path_factory.mktemp("deb-build"))
+    return _BUILT[key]
+
+
 def containerfile_instructions(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of a Containerfile: comments dropped, continuations joined."""
     instructions: list[tuple[str, str]] = []

@@ -14,7 +14,7 @@ import pytest
 
 from nvct.config import file as config
 from nvct.programs.version import REFERENCE_VERSION
-from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
+from tests.packaging.pkgtest import BUILD_ENV, REPO, built_deb, project_version, tree_modules
 from tests.security.test_isolated_start import assert_hooks_start_isolated
 from tests.support.bundle import make_bundle, read_config
 from tests.support.fixtures import (
@@ -62,7 +62,8 @@ def deb(tmp_path_factory) -> SimpleNamespace:
     """The built package, with its listing, control fields and unpacked tree."""
     out = tmp_path_factory.mktemp("deb")
     modules = tree_modules()  # before the build copies the tree
-    path = build_package("build-deb.sh", out)
+    path = built_deb(tmp_path_factory)  # once per session: the security tests install it too
+    changes = next(path.parent.glob("nvct_*.changes"))
     if os.environ.get("NVCT_TEST_DEB"):  # another build's .deb (an older commit's, to see a test fail)
         (out / "other").mkdir()
         path = Path(shutil.copy(os.environ["NVCT_TEST_DEB"], out / "other" / path.name))
@@ -72,7 +73,7 @@ def deb(tmp_path_factory) -> SimpleNamespace:
     run(["dpkg-deb", "-e", str(path), str(control)], env=BUILD_ENV).check()
     listing = run(["dpkg-deb", "-c", str(path)], env=BUILD_ENV).check().stdout
     return SimpleNamespace(
-        path=path, changes=next(out.glob("nvct_*.changes")), modules=modules,
+        path=path, changes=changes, modules=modules,
         unpacked=unpacked, control=control,
         paths={line.split(None, 5)[5].split(" -> ")[0][1:].rstrip("/") or "/"
                for line in listing.splitlines()},

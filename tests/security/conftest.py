@@ -211,3 +211,12 @@ def toolkits(tmp_path_factory, sim_node):
         return installed[runtime]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def deb_nodes(tmp_path_factory, sim_node):
+    """runtime -> nvct from the project's .deb, installed once in a private root for the simulated node."""
+    from tests.support.deb_runs import install_deb
+
+    with install_deb(tmp_path_factory, sim_node) as get:
+        yield get

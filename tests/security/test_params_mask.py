@@ -15,8 +15,9 @@ their content unchanged; the start is refused with one line naming the mount
 The rule (nvct.hooks.procmask.kernel_proc_path) is judged on every layout at the end,
 through the hook program in both the shim's form and a CDI spec's. The
 volumes run through the project's venv (a pip install) on every path, and a
-symlinked ``nvidia/params`` through the jit-cdi wrapper of a toolkit installed
-with ``nvct toolkit install`` (its own nvct, Python and hook wrappers).
+symlinked ``nvidia/params`` through the jit-cdi runtime of a toolkit installed
+with ``nvct toolkit install`` (its own nvct, Python and hook wrappers) and of
+the project's .deb installed with dpkg in a private root.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tests.support.bundle import add_hook, edit_config, make_bundle
 from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import NVCT, PATH_ENV, need_runtime, refusal, run_gpu
 from tests.support.runtimes import RUNTIMES, run_container
-from tests.support.toolkit_runs import starter
+from tests.support.toolkit_runs import installs, starter
 
 pytestmark = pytest.mark.containers
 
@@ -132,10 +133,12 @@ def _cases():
             for runtime in ("runc", "crun"):
                 for kind in KINDS if runtime == "crun" and path not in ("jit-cdi", "cdi") else ("file",):
                     yield pytest.param("venv", kind, place, path, runtime, id=f"{kind}-{place}-{path}-{runtime}")
-    # Through a toolkit: the shim's refusal, and (crun: runc refuses that mount itself) the toolkit's mask hook's.
-    for place, runtime in (("driver", "runc"), ("driver", "crun"), ("chain", "crun")):
-        yield pytest.param("toolkit", "absolute", place, "jit-cdi", runtime,
-                           id=f"toolkit-absolute-{place}-jit-cdi-{runtime}")
+    # Through a toolkit and the .deb: the shim's refusal, and (crun: runc refuses that mount itself) the
+    # install's mask hook's.
+    for install in ("toolkit", "deb"):
+        for place, runtime in (("driver", "runc"), ("driver", "crun"), ("chain", "crun")):
+            yield pytest.param(install, "absolute", place, "jit-cdi", runtime,
+                               id=f"{install}-absolute-{place}-jit-cdi-{runtime}")
 
 
 @pytest.mark.parametrize("install, kind, place, path, runtime", _cases())
@@ -143,7 +146,7 @@ def test_a_proc_volume_never_gets_the_mask_on_a_host_file(request, tmp_path, sim
                                                           path, runtime):
     """The host tree is untouched and the start refused, whoever masks (runc refuses most volumes itself)."""
     need_runtime(runtime)
-    start = starter(install, request.getfixturevalue("toolkits") if install == "toolkit" else None)
+    start = starter(install, installs(request, install))
     host, source = _host(tmp_path, kind, place)
     if place == "redirect":
         os.symlink("/proc/driver", os.path.join(rootfs, "data"))

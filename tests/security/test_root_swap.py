@@ -10,10 +10,11 @@ through one root opened once, without following a symlink in any component,
 and owned as the engine would own it: the host tree (a full root the writes
 would fit in) and the owner's own directory must stay exactly as they were,
 and nothing may stay mounted. The race and the chain hook's case run through
-the project's venv (a pip install) in every mode, and through the runtime
-wrappers of a toolkit installed with ``nvct toolkit install`` (its own copy of
-nvct, its bundled Python, its hook wrappers) in jit-cdi and cdi mode, with
-fewer starts.
+the project's venv (a pip install) in every mode, and in jit-cdi and cdi mode,
+with fewer starts, through the runtime wrappers of a toolkit installed with
+``nvct toolkit install`` (its own copy of nvct, its bundled Python, its hook
+wrappers) and through the programs of the project's .deb installed with dpkg
+in a private root (Debian's python3, the package's config).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import signal
 import pytest
 
 from tests.security.conftest import snapshot
+from tests.support.bundle import read_config
 from tests.support.fixtures import rootfs  # noqa: F401 - fixtures
 from tests.support.gpu_runs import MODES, mounts_under, need_runtime, refusal, run_gpu
 from tests.support.rootfs import make_rootfs
-from tests.support.toolkit_runs import INSTALLS, TOOLKIT_MODES, hook_program, starter
+from tests.support.toolkit_runs import INSTALLS, TOOLKIT_MODES, enter, hook_program, installs, mounts_left, starter
 
 pytestmark = pytest.mark.containers
 
@@ -36,7 +38,8 @@ pytestmark = pytest.mark.containers
 OWNER = 4242
 #: Starts per runtime while the owner swaps: 60 per mode (runc's and crun's together).
 STARTS = 30
-#: Through a toolkit: starts per runtime and decoy (the venv's cases cover the count the issue asks for).
+#: Through a toolkit or the .deb: starts per runtime and decoy (the venv's cases cover the count the issue
+#: asks for).
 TOOLKIT_STARTS = {"link": 10, "own": 8}
 _RENAME_EXCHANGE = 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -103,10 +106,10 @@ def _decoy(tmp_path, parent: str, kind: str) -> tuple[str, str]:
 
 
 def _cases(modes_of: dict):
-    """(install, *rest) per install kind: the venv's ids as before, the toolkit's prefixed."""
+    """(install, *rest) per install kind: the venv's ids as before, the others' prefixed with the kind."""
     for install in INSTALLS:
-        for rest in modes_of[install]:
-            prefix = "" if install == "venv" else "toolkit-"
+        for rest in modes_of.get(install, ()):
+            prefix = "" if install == "venv" else f"{install}-"
             yield pytest.param(install, *rest, id=prefix + "-".join(rest))
 
 
@@ -119,7 +122,8 @@ _SWAPS = {install: [(decoy, mode, runtime) for decoy in ("link", "own")
 def test_root_swapped_by_its_owner_never_leads_a_write_out(request, tmp_path, sim_node, rootfs, install, runtime,
                                                            mode, decoy):
     need_runtime(runtime)
-    start = starter(install, request.getfixturevalue("toolkits") if install == "toolkit" else None)
+    kits = installs(request, install)
+    start = starter(install, kits)
     parent = _owned_parent(tmp_path, rootfs)
     name, guarded = _decoy(tmp_path, parent, decoy)
     before, identity = snapshot(guarded), os.lstat(guarded).st_ino
@@ -137,12 +141,32 @@ def test_root_swapped_by_its_owner_never_leads_a_write_out(request, tmp_path, si
         assert _libc.renameat2(-100, os.path.join(parent, "rootfs").encode(), -100,
                                os.path.join(parent, name).encode(), _RENAME_EXCHANGE) == 0
     assert not nvct_writes(before, snapshot(guarded), mode), sum(r.ok for r in results)
-    assert not mounts_under(str(tmp_path))
+    assert not mounts_left(str(tmp_path), install, kits, runtime)
     for result in results:
         if result.ok:  # it ran in the real root, with its GPU
             assert result.stdout.startswith("ok libcuda.so.1 /"), result.describe()
         elif not result.stdout.startswith("fail libcuda.so.1"):  # the runtime lost the race: the swapped-in root
             refusal(result, tmp_path)
+
+
+@pytest.mark.parametrize("install, mode, runtime", _cases(
+    {install: [(mode, runtime) for mode in TOOLKIT_MODES for runtime in ("runc", "crun")]
+     for install in INSTALLS if install != "venv"}))
+def test_a_root_under_its_owners_directory_nobody_swaps_gets_its_gpu(request, tmp_path, sim_node, rootfs, install,
+                                                                     mode, runtime):
+    """The swap cases' control, through each install: what they refuse is the owner's swap, not a broken
+    install (the venv's own swap cases always have starts that win the race)."""
+    need_runtime(runtime)
+    kits = installs(request, install)
+    parent = _owned_parent(tmp_path, rootfs)
+    result = starter(install, kits)(tmp_path, sim_node, os.path.join(parent, "rootfs"), mode=mode,
+                                    runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
+                                    command="test -c /dev/nvidia0 && dlopen-probe libcuda.so.1")
+    assert result.ok and result.stdout.startswith("ok libcuda.so.1 /"), result.describe()
+    assert '"container start"' in (tmp_path / "nvct.log").read_text()  # the install's runtime, its config
+    hooks = {hook["path"] for stage in read_config(tmp_path / "bundle").get("hooks", {}).values() for hook in stage}
+    assert hooks <= {kits(runtime).tool("nvct"), "/bin/sh"}, hooks  # its own programs (or an sh params mask)
+    assert not mounts_left(str(tmp_path), install, kits, runtime)
 
 
 def nvct_writes(before: dict, after: dict, mode: str) -> list[str]:
@@ -215,7 +239,7 @@ def test_a_root_owned_by_another_user_is_refused(tmp_path, sim_node, rootfs):
 #: when prepare declines (an image without an ld cache: only ldconfig can make one), and an
 #: engine that applied a CDI spec itself (no shim: the hook has only the OCI state).
 CHAIN_PATHS = ("jit-cdi", "cdi", "cdi-hook")
-#: Through a toolkit: its wrappers' two modes, and its ``nvct`` wrapper as a CDI spec's hook program.
+#: Through a toolkit or the .deb: its runtime's two modes, and its ``nvct`` as a CDI spec's hook program.
 _CHAINS = {install: [(path, runtime) for path in CHAIN_PATHS for runtime in ("runc", "crun")] for install in INSTALLS}
 
 
@@ -231,7 +255,7 @@ def test_the_chain_hook_writes_only_into_the_root_verified_on_the_host(request, 
     from tests.support.runtimes import RUNTIMES, run_container
 
     need_runtime(runtime)
-    toolkits = request.getfixturevalue("toolkits") if install == "toolkit" else None
+    toolkits = installs(request, install)
     os.unlink(os.path.join(rootfs, "etc/ld.so.cache"))  # the shim leaves the chain to the hook
     host = make_rootfs(tmp_path, name="host")
     before = snapshot(host)
@@ -251,13 +275,13 @@ def test_the_chain_hook_writes_only_into_the_root_verified_on_the_host(request, 
         add_hook(bundle, "createContainer", str(wrapper), ["nvct", "hook", "chain", "create-symlinks", "--link",
                                                    "libc.so.6::/usr/lib/nvct-probe.so", "--", "update-ldcache",
                                                    "--folder", "/usr/lib"], env=[PATH_ENV])
-        result = run_container(RUNTIMES[runtime], bundle)
+        result = run_container([*enter(install, toolkits, runtime, bundle), *RUNTIMES[runtime]], bundle)
     else:
         result = starter(install, toolkits)(tmp_path, sim_node, rootfs, mode=path, runtime=runtime,
                                             env=["NVIDIA_VISIBLE_DEVICES=0"], command="dlopen-probe libcuda.so.1",
                                             edit=edit)
     assert not nvct_writes(before, snapshot(host), "jit-cdi"), result.describe()
-    assert not mounts_under(str(tmp_path))
+    assert not mounts_left(str(tmp_path), install, toolkits, runtime)
     text = refusal(result, tmp_path if path != "cdi-hook" else None)
     if path == "cdi-hook":
         text = errors.read_text()

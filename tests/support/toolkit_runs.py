@@ -11,6 +11,8 @@ The installed config is the installer's, with two test settings: a debug log
 (moved to ``tmp_path/nvct.log`` after each start, where
 :func:`tests.support.gpu_runs.refusal` reads it) and, for cdi mode, the spec
 dir holding the spec the toolkit's ``nvidia-ctk cdi generate`` wrote.
+The same starts run nvct installed from the project's .deb
+(:mod:`tests.support.deb_runs`), entered in its private root.
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from .bundle import edit_config, make_bundle
-from .gpu_runs import NVCT, PATH_ENV, run_gpu
+from .gpu_runs import NVCT, PATH_ENV, mounts_under, run_gpu
 from .proc import Result
 from .runtimes import RUNTIMES, run_container
 
 #: The modes a toolkit's wrappers are tested in: the default wrapper's (set at install) and ``.cdi``'s.
 TOOLKIT_MODES = ("jit-cdi", "cdi")
-#: How nvct got onto the node: the project's venv (a pip install), or ``nvct toolkit install``.
-INSTALLS = ("venv", "toolkit")
+#: How nvct got onto the node: the project's venv (a pip install), ``nvct toolkit install``, or the
+#: project's .deb in a private root (:mod:`tests.support.deb_runs`, in the same modes).
+INSTALLS = ("venv", "toolkit", "deb")
+#: The session fixture that gives, per runtime, an install of each kind but the venv.
+_FIXTURES = {"toolkit": "toolkits", "deb": "deb_nodes"}
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
@@ -48,6 +53,10 @@ class Toolkit:
 
     def tool(self, name: str) -> str:
         return os.path.join(self.root, name)
+
+    def enter(self, cwd: str = "/") -> list[str]:
+        """Nothing: the toolkit is on this machine's root."""
+        return []
 
 
 def install(directory: str, node: Mapping, runtime: str) -> Toolkit:
@@ -87,13 +96,15 @@ def _own_spec_dir(toolkit: Toolkit) -> None:
 def run_toolkit_gpu(toolkit: Toolkit, tmp_path, rootfs: str, *, mode: str, env: Sequence[str] = (),
                     command: str = "true", name: str = "bundle", timeout: float = 60,
                     edit: Callable[[dict], None] | None = None, wrapper: Sequence[str] = ()) -> Result:
-    """:func:`tests.support.gpu_runs.run_gpu`'s start through ``toolkit``'s wrapper for ``mode``."""
+    """:func:`tests.support.gpu_runs.run_gpu`'s start through ``toolkit``'s wrapper for ``mode``
+    (or a :class:`tests.support.deb_runs.DebNode`'s runtime, in its private root)."""
     bundle = make_bundle(os.path.join(str(tmp_path), name), rootfs, ["sh", "-c", command], env=[PATH_ENV, *env])
     if edit is not None:
         with edit_config(bundle) as spec:
             edit(spec)
     try:
-        return run_container([*wrapper, toolkit.runtime(mode)], bundle, env=_ENV, timeout=timeout,
+        return run_container([*toolkit.enter(bundle), *wrapper, toolkit.runtime(mode)], bundle, env=_ENV,
+                             timeout=timeout,
                              log_file=os.path.join(str(tmp_path), f"{name}.log.json"))
     finally:
         if os.path.exists(toolkit.log):  # this start's lines, where refusal() looks
@@ -102,8 +113,13 @@ def run_toolkit_gpu(toolkit: Toolkit, tmp_path, rootfs: str, *, mode: str, env: 
             os.unlink(toolkit.log)
 
 
+def installs(request, install: str) -> Callable[[str], Toolkit] | None:
+    """runtime -> the install of kind ``install`` (its session fixture); None for the venv."""
+    return request.getfixturevalue(_FIXTURES[install]) if install != "venv" else None
+
+
 def starter(install: str, toolkits: Callable[[str], Toolkit] | None = None) -> Callable[..., Result]:
-    """``run_gpu``, or the same call (node aside) through the toolkit ``toolkits(runtime)`` installed."""
+    """``run_gpu``, or the same call (node aside) through ``toolkits(runtime)``, a toolkit or a deb install."""
     if install == "venv":
         return run_gpu
     assert toolkits is not None
@@ -115,5 +131,19 @@ def starter(install: str, toolkits: Callable[[str], Toolkit] | None = None) -> C
 
 
 def hook_program(install: str, toolkits: Callable[[str], Toolkit] | None = None, runtime: str = "runc") -> str:
-    """The ``nvct`` a CDI spec's hook runs: the venv's, or the toolkit's wrapper."""
+    """The ``nvct`` a CDI spec's hook runs: the venv's, the toolkit's wrapper, or the deb's program."""
     return NVCT if install == "venv" else toolkits(runtime).tool("nvct")
+
+
+def enter(install: str, toolkits: Callable[[str], Toolkit] | None = None, runtime: str = "runc",
+          cwd: str = "/") -> list[str]:
+    """The argv prefix a runtime of ``install`` runs under: nothing, or the deb's private root."""
+    return [] if install == "venv" else toolkits(runtime).enter(cwd)
+
+
+def mounts_left(path: str, install: str, toolkits: Callable[[str], Toolkit] | None = None,
+                runtime: str = "runc") -> list[str]:
+    """Mount points at or below ``path`` where ``install``'s runtime ran (none may be left after a run)."""
+    if install == "deb":
+        return toolkits(runtime).mounts_under(path)
+    return mounts_under(path)
