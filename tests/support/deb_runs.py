@@ -123,12 +123,14 @@ def _hold(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
     """Start a namespace's holder; return once it is ready (it prints ``ready``, then waits on stdin)."""
     holder = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env={**_ENV, **env}, text=True)
-    line = holder.stdout.readline()
-    if line != "ready\n":
-        said = line + holder.stderr.read()
-        _release(holder)
-        raise AssertionError(f"the deb's private root could not be set up: {said}")
-    return holder
+    said = ""
+    for line in holder.stdout:  # what the set-up's programs print, then "ready"
+        if line == "ready\n":
+            return holder
+        said += line
+    said += holder.stderr.read()
+    _release(holder)
+    raise AssertionError(f"the deb's private root could not be set up: {said}")
 
 
 def _release(holder: subprocess.Popen) -> None:
@@ -199,7 +201,9 @@ def install_deb(tmp_path_factory, node: Mapping) -> Iterator[Callable[[str], Deb
 def deb_under_test(tmp_path_factory) -> Path:
     """``NVCT_TEST_DEB`` (another build's .deb), else this tree's, built once per session."""
     if os.environ.get("NVCT_TEST_DEB"):
-        return Path(os.environ["NVCT_TEST_DEB"])
+        other = Path(os.environ["NVCT_TEST_DEB"])
+        assert other.is_file(), f"NVCT_TEST_DEB={other}: no such file"
+        return other
     from tests.packaging.pkgtest import built_deb
 
     return built_deb(tmp_path_factory)
