@@ -73,8 +73,9 @@ def compat_choice(root, step: kinds.EnableCudaCompat, spec: dict | None = None) 
             return None, f"{path} ({shown}, no CUDA compat note) is not of a newer branch than the host's {host}"
         return root.realpath(folder), (f"{path} ({shown}, no CUDA compat note) is of a newer branch "
                                        f"than the host's {host}")
-    branches = [b for b in note.get("Driver") or () if isinstance(b, int)]
-    cuda = note.get("CUDA Version")
+    branches = _field(note, "Driver")
+    branches = [b for b in branches if type(b) is int] if isinstance(branches, list) else []
+    cuda = _field(note, "CUDA Version")
     if host_version is not None and branches:
         if host_version[0] not in branches:
             return None, (f"{path}: its CUDA compat note lists the driver branches "
@@ -89,7 +90,7 @@ def compat_choice(root, step: kinds.EnableCudaCompat, spec: dict | None = None) 
         why = f"{path}: its CUDA {cuda} is newer than the host's CUDA {host_cuda}"
     else:
         return None, f"{path}: its CUDA compat note and the host versions given have nothing to compare"
-    devices = note.get("Device")
+    devices = _field(note, "Device")
     devices = [d for d in devices if type(d) is int] if isinstance(devices, list) else []
     if devices:  # only now, and only for a note with a device list, is NVML asked
         unlisted, unknown = _unlisted(devices, step, spec)
@@ -99,6 +100,15 @@ def compat_choice(root, step: kinds.EnableCudaCompat, spec: dict | None = None) 
                           f"list {'; '.join(unlisted)} (CUDA error 804 if used)")
         why += f"; {unknown}" if unknown else "; the note's device list names the brand of every GPU"
     return root.realpath(folder), why
+
+
+def _field(note: dict, name: str):
+    """A field of the note by its name in any case, as the reference's JSON decoding matches it:
+    the packages write ``driver``, ``device`` and ``CUDA version`` (CUDA 13.0's 580.95.05)."""
+    if name in note:
+        return note[name]
+    folded = name.casefold()
+    return next((v for k, v in note.items() if isinstance(k, str) and k.casefold() == folded), None)
 
 
 def _unlisted(devices: list[int], step: kinds.EnableCudaCompat, spec: dict | None) -> tuple[list[str], str]:

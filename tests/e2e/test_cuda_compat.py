@@ -46,7 +46,8 @@ def _loaded(result) -> str:
 ])
 def test_the_note_decides_which_libcuda_loads(tmp_path, sim_node, rootfs, runtime, mode, branches, folder):
     need_runtime(runtime)
-    _image(sim_node, rootfs, {"Format": 1, "CUDA Version": "12.9", "Driver": branches, "Device": [2, 14]})
+    # the keys as the packages write them (the reference reads them case-blind)
+    _image(sim_node, rootfs, {"format": 1, "CUDA version": "12.9", "driver": branches, "device": [2, 14]})
     out = _loaded(run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime,
                           env=["NVIDIA_VISIBLE_DEVICES=0"], command="dlopen-probe libcuda.so.1"))
     assert out == f"ok libcuda.so.1 {folder}/libcuda.so.1"
@@ -113,8 +114,8 @@ def mixed_node(tmp_path_factory):
 def test_the_device_list_by_the_container_gpus(tmp_path, mixed_node, rootfs, runtime, mode, visible, folder):
     """The container's own GPUs, by NVML (the node's mock), against the note's device list."""
     need_runtime(runtime)
-    _image(mixed_node, rootfs, {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 570, 575],
-                                "Device": NOTE_575["Device"]})
+    _image(mixed_node, rootfs, {"format": 1, "CUDA version": "12.9", "driver": [535, 550, 570, 575],
+                                "device": NOTE_575["device"]})
     if mode == "cdi":
         visible = ",".join(f"nvidia.com/gpu={i}" for i in visible.split(","))
     out = _loaded(run_gpu(tmp_path, mixed_node, rootfs, mode=mode, runtime=runtime,
@@ -132,7 +133,7 @@ def test_podman_applying_a_generated_spec(tmp_path, mixed_node, rootfs, gpu, fol
     from tests.support.podman import CDI_DIRS, PODMAN, Podman, cdi_spec, unique_cdi_vendor
 
     need_binaries(PODMAN)
-    _image(mixed_node, rootfs, {"Format": 1, "CUDA Version": "12.9", "Driver": [550], "Device": NOTE_575["Device"]})
+    _image(mixed_node, rootfs, {"Format": 1, "CUDA Version": "12.9", "Driver": [550], "Device": NOTE_575["device"]})
     vendor = unique_cdi_vendor()
     generate_spec(tmp_path, mixed_node["config"], vendor)
     with open(os.path.join(spec_dir(tmp_path), "nvidia.yaml")) as f:

@@ -22,7 +22,7 @@ from nvct.edits import steps as kinds
 from nvct.hooks import compat
 from nvct.linux import elf
 from nvct.rootfs.root import Rootfs
-from tests.support.compat import NOTE_575, make_compat_libcuda, mixed_brands_node
+from tests.support.compat import NOTE_575, NOTE_580, make_compat_libcuda, mixed_brands_node
 from tests.support.fixtures import need_root, skip
 
 SOURCE = "/bin/true"  # any ELF file: the decision reads only the note
@@ -57,7 +57,7 @@ def _uuid(node, index: int) -> str:
 
 
 def _note(devices) -> dict:
-    return {**NOTE_575, "Device": devices}
+    return {**NOTE_575, "device": devices}
 
 
 @pytest.mark.parametrize("devices, parsed", [
@@ -74,7 +74,7 @@ def test_the_device_list_as_the_note_carries_it(tmp_path, devices, parsed):
         note = elf.cuda_compat_note(fd, lib)
     finally:
         os.close(fd)
-    assert note["Device"] == devices
+    assert note["device"] == devices
     root = _root(tmp_path, _note(devices))
     folder, why = compat.compat_choice(root, kinds.EnableCudaCompat(HOST, gpu_brands=("2",)))
     assert folder is not None, why
@@ -135,8 +135,8 @@ def test_nvml_is_asked_once_per_process(tmp_path, node):
 
 
 @pytest.mark.parametrize("note, asked", [
-    ({**NOTE_575, "Device": []}, False),     # no device list
-    ({**NOTE_575, "Driver": [570]}, False),  # excluded branch: decided before the device list
+    ({**NOTE_575, "device": []}, False),     # no device list
+    ({**NOTE_575, "driver": [570]}, False),  # excluded branch: decided before the device list
     (NOTE_575, True),
 ])
 def test_nvml_is_loaded_only_for_a_note_with_a_device_list(tmp_path, note, asked):
@@ -206,3 +206,19 @@ def test_a_hostile_device_list_is_bounded_in_the_reason(tmp_path):
                                        kinds.EnableCudaCompat(HOST, gpu_brands=("5",)))
     assert folder is None and "(100, 101," in why and ", ...) does not list the GPU brand 5 " in why
     assert len(why) < 400
+
+
+@pytest.mark.parametrize("note", [
+    NOTE_580,                                                   # the keys as the packages write them
+    {"Format": 1, "CUDA Version": "13.0", "Driver": NOTE_580["driver"], "Device": NOTE_580["device"]},
+    {"FORMAT": 1, "cuda VERSION": "13.0", "DRIVER": NOTE_580["driver"], "DEVICE": NOTE_580["device"]},
+])
+def test_the_note_fields_in_any_case(tmp_path, note):
+    """The reference decodes the note's JSON case-blind (Go): CUDA 13.0's 580.95.05 writes ``driver``,
+    ``device`` and ``CUDA version``, which an exact match missed (compat was never used)."""
+    root = _root(tmp_path, note)
+    assert compat.compat_choice(root, kinds.EnableCudaCompat("570.1.1", gpu_brands=("14",)))[0] is not None
+    assert compat.compat_choice(root, kinds.EnableCudaCompat("560.1.1"))[0] is None  # 560 not listed
+    folder, why = compat.compat_choice(root, kinds.EnableCudaCompat("570.1.1", gpu_brands=("5",)))
+    assert folder is None and "does not list the GPU brand 5" in why
+    assert compat.compat_choice(root, kinds.EnableCudaCompat(host_cuda_version="12.8"))[0] is not None

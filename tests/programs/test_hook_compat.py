@@ -104,7 +104,7 @@ def test_a_note_that_is_not_json_falls_back_with_a_warning(tmp_path, capsys):
     lib = root / "usr/local/cuda/compat/libcuda.so.580.65.06"
     make_compat_libcuda(SOURCE, str(lib), NOTE_575)
     data = bytearray(lib.read_bytes())
-    at = data.index(b'{"Format"')
+    at = data.index(b'{"format"')
     data[at] = ord("[")  # the JSON broken in place
     lib.write_bytes(bytes(data))
     assert _choice(Rootfs(str(root)), "--host-driver-version=550.54.15")[0] is not None

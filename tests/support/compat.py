@@ -1,8 +1,8 @@
 """CUDA forward-compat libcuda files carrying a real ``.note.cuda.fwd_compatibility``.
 
 The note is what NVIDIA's compat packages ship: one ELF note named "NVIDIA
-Corporation" whose description is JSON (Format, "CUDA Version", Driver
-branches, Device: the NVML brand ids of the GPUs it supports). objcopy adds
+Corporation" whose description is JSON (format, "CUDA version", driver
+branches, device: the NVML brand ids of the GPUs it supports). objcopy adds
 it as a section to a copy of any ELF library (the simulated node's libcuda,
 so the copy still loads).
 """
@@ -43,11 +43,16 @@ def make_compat_libcuda(source: str, dest: str, note: dict | None) -> str:
     return dest
 
 
-#: The notes of the compat packages 575.57.08 (CUDA 12.9) and 590.44.01 (CUDA 13.1).
-NOTE_575 = {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 570, 575],
-            "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
-NOTE_590 = {"Format": 1, "CUDA Version": "13.1", "Driver": [535, 550, 570, 575, 580, 590],
-            "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
+#: The note of CUDA 13.0's compat package 580.95.05, as read from the package's libcuda on an H200
+#: node: its keys are written ``format``, ``CUDA version``, ``driver``, ``device`` (the reference
+#: decodes them case-blind, as Go's JSON does).
+NOTE_580 = {"format": 1, "CUDA version": "13.0", "driver": [535, 550, 565, 570, 575, 580],
+            "device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
+#: The notes of the compat packages 575.57.08 (CUDA 12.9) and 590.44.01 (CUDA 13.1), keys as written.
+NOTE_575 = {"format": 1, "CUDA version": "12.9", "driver": [535, 550, 560, 565, 570, 575],
+            "device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
+NOTE_590 = {"format": 1, "CUDA version": "13.1", "driver": [535, 550, 570, 575, 580, 590],
+            "device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
 
 
 #: Two GPUs of brands the real notes treat differently: an H100 (NVML brand 14, "NVIDIA": listed)
