@@ -395,6 +395,15 @@ class Driver(_DeviceNodes):
         return frozenset(out)
 
 
+def folders_on_path(driver_root: str) -> list[str]:
+    """The caller's PATH folders beyond the standard ones that hold a driver utility under
+    ``driver_root``, where :meth:`Driver.binaries` looks first. The legacy hook, whose PATH nvct
+    seals, gets them too."""
+    names = [name for names in BINARIES.values() for name in names]
+    return [d for d in _search_dirs(os.environ.get("PATH", ""))
+            if d not in BIN_DIRS and any(_is_executable(_join(driver_root, f"{d}/{n}")) for n in names)]
+
+
 def _search_dirs(path_variable: str) -> list[str]:
     """PATH's absolute folders, then the standard ones it lacks."""
     dirs = [os.path.normpath(d) for d in path_variable.split(":") if d.startswith("/")]

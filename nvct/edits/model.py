@@ -14,7 +14,7 @@ from nvct.base.record import Record
 
 TYPE_CHECKING = False  # typing costs an import on every container start
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from typing import Any, Iterable, Sequence
 
 #: OCI hook stages that CDI allows.
 HOOK_STAGES = (
@@ -102,9 +102,12 @@ HOOK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOOK_ENV = ("PATH=" + HOOK_PATH,)
 
 
-def hook_env(*extra: str) -> tuple[str, ...]:
-    """:data:`HOOK_ENV` plus ``NAME=value`` entries that nvct itself sets (never a container)."""
-    return HOOK_ENV + tuple(extra)
+def hook_env(*extra: str, first: Sequence[str] = ()) -> tuple[str, ...]:
+    """:data:`HOOK_ENV` plus ``NAME=value`` entries that nvct itself sets (never a container);
+    ``first``: folders PATH starts with (the engine's own, never a container's)."""
+    if not first:
+        return HOOK_ENV + tuple(extra)
+    return ("PATH=" + ":".join([*first, HOOK_PATH]), *extra)
 
 
 def is_sealed(hook: dict[str, Any]) -> bool:

@@ -297,8 +297,17 @@ def legacy_hook(config, log_format: str | None = None, path: str | None = None) 
             env.append(f"{CONFIG_DIGEST_ENV}={config.digest}")
     if log_format:
         env.append(f"{LOG_FORMAT_ENV}={log_format}")
-    return Hook("prestart", path or legacy_hook_path(config), (HOOK_NAME, "prestart"), hook_env(*env),
+    return Hook("prestart", path or legacy_hook_path(config), (HOOK_NAME, "prestart"),
+                hook_env(*env, first=_utility_folders(config)),
                 reason="legacy mode: the hook injects the GPU inside the container")
+
+
+def _utility_folders(config) -> list[str]:
+    """The engine's PATH folders that hold the driver's utilities on nodes that keep them apart
+    (``/usr/local/nvidia/bin``): the hook finds them on its PATH, as NVIDIA's CLI does."""
+    from nvct.discover.driver import folders_on_path
+
+    return folders_on_path(config.driver_root)
 
 
 def legacy_record(config, program: str) -> dict[str, str] | None:
@@ -318,8 +327,8 @@ def legacy_record(config, program: str) -> dict[str, str] | None:
     if not config.cli_no_cgroups:
         return None  # the request's device rules go into the spec: Python's (legacy_device_rules)
     path, on_path = _legacy_hook_path(config)
-    if on_path or not os.path.isabs(program):
-        return None
+    if on_path or not os.path.isabs(program) or _utility_folders(config):
+        return None  # (the last: a PATH of this caller's that the next may not share)
     from nvct.base import jsoncodec
 
     record = {"hook_path": path, "nvidia_hooks": " ".join(ocispec.NVIDIA_HOOK_NAMES)}

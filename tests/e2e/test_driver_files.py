@@ -177,7 +177,7 @@ def node_in_own_folder(tmp_path_factory):
 
 
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
-@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+@pytest.mark.parametrize("mode", ["legacy", "jit-cdi", "cdi"])
 def test_utilities_come_from_the_folder_path_names_first(tmp_path, rootfs, node_in_own_folder, runtime, mode,
                                                          monkeypatch):
     need_runtime(runtime)

@@ -7,6 +7,7 @@ import pytest
 
 from nvct.config.file import Config
 from nvct.edits import apply
+from nvct.edits.model import HOOK_PATH
 from nvct.modifier import modes
 from nvct.oci import spec as ocispec
 
@@ -73,3 +74,22 @@ def test_an_absolute_hook_path_and_a_log_to_dev_null_are_recorded(program):
     config = _config({"debug": "/dev/null"}, {"path": "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"})
     entry = json.loads(modes.legacy_record(config, program)["hook"])
     assert entry["path"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"
+
+
+def test_a_utility_folder_on_the_engines_path_goes_first_on_the_legacy_hooks_and_keeps_it_in_python(
+        program, tmp_path, monkeypatch):
+    """The hook finds the driver's utilities on its PATH; a folder only this caller's PATH names
+    cannot go into a record the sh front pastes for every caller."""
+    smi = tmp_path / "usr/local/nvidia/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_text("")
+    smi.chmod(0o755)
+    config = Config({"nvidia-container-runtime": {"mode": "legacy"},
+                     "nvidia-container-cli": {"no-cgroups": True, "root": str(tmp_path)}},
+                    path="/etc/nvidia-container-runtime/config.toml")
+    monkeypatch.setenv("PATH", "/usr/bin:/usr/local/nvidia/bin:/opt/other/bin")
+    assert modes.legacy_hook(config).env[0] == f"PATH=/usr/local/nvidia/bin:{HOOK_PATH}"
+    assert modes.legacy_record(config, program) is None
+    monkeypatch.setenv("PATH", "/usr/bin:/opt/other/bin")
+    assert modes.legacy_hook(config).env[0] == f"PATH={HOOK_PATH}"
+    assert modes.legacy_record(config, program) is not None
