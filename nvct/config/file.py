@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
 RELATIVE_PATH = "nvidia-container-runtime/config.toml"
+_XDG_ENV, _XDG_DEFAULT = "XDG_CONFIG_HOME", "/etc"
 
 #: The built-in defaults, in the reference's layout (from the table of keys).
 DEFAULTS: dict[str, object] = keys.defaults()
@@ -40,8 +41,19 @@ def default_path(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     if env.get(CONFIG_ENV):
         return env[CONFIG_ENV]
-    root = env.get("XDG_CONFIG_HOME") or "/etc"
+    root = env.get(_XDG_ENV) or _XDG_DEFAULT
     return os.path.join(root, RELATIVE_PATH)
+
+
+def default_path_sh() -> str:
+    """:func:`default_path` as sh that sets ``$config``, for the sh fronts (they source it from
+    nvct.oci.runtime.FRONTS): the same path for every environment, ``os.path.join`` included."""
+    return (f'config=${{{CONFIG_ENV}:-}}\n'
+            f'if [ -z "$config" ]; then\n'
+            f'    config=${{{_XDG_ENV}:-{_XDG_DEFAULT}}}\n'
+            f'    case $config in */) ;; *) config=$config/ ;; esac\n'
+            f"    config=$config'{RELATIVE_PATH}'\n"
+            f'fi\n')
 
 
 class Config(keys.Settings):

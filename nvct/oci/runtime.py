@@ -51,11 +51,13 @@ CACHE_DIR = "/run/nvct"
 CACHE = CACHE_DIR + "/runtimes"
 HOOKS = CACHE_DIR + "/legacy-hooks"
 NAMES = CACHE_DIR + "/names"
-#: :data:`CACHE` as the fronts read it: sh that they source (``command .``) with ``$config`` set,
-#: which sets ``nvct_runtime``, ``nvct_hooks``, ``nvct_names`` (full paths) and what the config
-#: must be for them to hold: ``nvct_ident`` (``stat -L -c "$nvct_stat"`` prints it) or
-#: ``nvct_absent`` (no file). Written from :data:`CACHE` whenever that changes, so the record's
-#: format, and what each field means, has one home here; the fronts parse nothing.
+#: :data:`CACHE` as the fronts read it: sh that they source (``command .``), which defines
+#: ``nvct_args`` (runc's command line as nvct.oci.runcargs reads it), sets ``$config`` (the config
+#: file's path as nvct.config.file.default_path finds it) and, for that config, ``nvct_runtime``,
+#: ``nvct_hooks``, ``nvct_names`` (full paths) and what the config must be for them to hold:
+#: ``nvct_ident`` (``stat -L -c "$nvct_stat"`` prints it) or ``nvct_absent`` (no file). Written
+#: from :data:`CACHE` whenever that changes, so the record's format, and what each field means,
+#: has one home here; the fronts parse nothing.
 FRONTS = CACHE_DIR + "/fronts"
 IDENTITY_FORMAT = "%d:%i:%s:%.9Y:%.9Z"
 _CACHE_MAX = 64
@@ -136,7 +138,7 @@ def _remember(top: int, config_path: str, seen, names: list[str], runtime: str |
     else:
         line_runtime, hooks = runtime, (_content_name(hooks_text) if hooks_text else _NONE)
     entry = (line_runtime, mark, hooks, _content_name(names_text))
-    rendered = _exists_at(top, "fronts")  # an older nvct's cache has none
+    rendered = _read_at(top, "fronts") == _fronts_text(entries)  # an older nvct's may differ, or be none
     if not locked and (old != entry or not rendered or not _holds(top, entry, names_text, hooks_text)):
         # Writers take turns (flock on /run/nvct, released when the process ends, killed too): a
         # line written between another writer's read and write would be lost, a file another
@@ -264,9 +266,14 @@ def _hooks_text(legacy: tuple[str, dict[str, str]] | None) -> str:
 
 
 def _fronts_text(entries: dict[str, tuple[str, str, str, str]]) -> str:
-    """:data:`FRONTS`: each trusted entry as a ``case $config`` arm setting the front's variables."""
+    """:data:`FRONTS`: the front's reading of runc's command line (nvct.oci.runcargs.front_sh), the
+    config's path (nvct.config.file.default_path_sh), and each trusted entry as a ``case $config``
+    arm setting the front's variables."""
+    from nvct.config.file import default_path_sh
+    from nvct.oci.runcargs import front_sh
+
     out = ["# nvct.oci.runtime's record for the sh fronts: sourced, never parsed; rewritten with runtimes.\n",
-           f"nvct_stat={_sh(IDENTITY_FORMAT)}\n", "case $config in\n"]
+           f"nvct_stat={_sh(IDENTITY_FORMAT)}\n", front_sh(), default_path_sh(), "case $config in\n"]
     for config, (runtime, mark, hooks, names) in entries.items():
         if mark == _UNTRUSTED or "\0" in config + runtime:
             continue
@@ -283,14 +290,6 @@ def _fronts_text(entries: dict[str, tuple[str, str, str, str]]) -> str:
 def _sh(value: str) -> str:
     """``value`` as one single-quoted sh word (shlex costs an import of re on every start)."""
     return "'" + value.replace("'", "'\\''") + "'"
-
-
-def _exists_at(dir_fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
 
 
 def _content_name(text: str) -> str:

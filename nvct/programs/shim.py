@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
     from nvct.oci import runcargs
 
     args = runcargs.parse(argv)
-    if banner and args.subcommand is None and _version_asked(argv):
+    if banner and args.subcommand is None and runcargs.asks_version(argv):
         from nvct.programs.version import runtime_banner
 
         sys.stdout.write(runtime_banner())
@@ -103,12 +103,6 @@ def _cache_problem(config, problem: str | None) -> None:
     log.setup(config.runtime_log_level or "info", config.runtime_debug)
     for p in problems:
         log.logger.debug("cache not used, every call starts Python: %s", p)
-
-
-def _version_asked(argv: list[str]) -> bool:
-    from nvct.programs.version import has_version_flag
-
-    return has_version_flag(argv)
 
 
 def _create(args, config, start: float, runtime: str) -> None:

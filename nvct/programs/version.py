@@ -62,12 +62,3 @@ def container_cli_banner() -> str:
             f"lib-version: {__version__} (nvct)\n"
             f"build revision: nvct {__version__}\n"
             f"build platform: {platform.machine()}\n")
-
-
-def has_version_flag(argv: list[str]) -> bool:
-    """The reference's test: any ``-version``/``--version`` (``=value`` ignored) before the end."""
-    for arg in argv:
-        name = arg.split("=", 1)[0]
-        if name.startswith("-") and name.lstrip("-") == "version":
-            return True
-    return False

@@ -209,13 +209,20 @@ def test_an_older_nvcts_cache_gets_the_fronts_record_with_the_next_call(tmp_path
     (tmp_path / "nvct" / "fronts").unlink()  # as an older nvct left /run/nvct
     lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc")
     assert _sourced(tmp_path / "nvct" / "fronts", "nvct_runtime", config="/etc/a.toml") == ["/usr/sbin/runc"]
+    # a record in an older format (its fronts set no $config): rewritten, though the entry is the same
+    older = (tmp_path / "nvct" / "fronts").read_text().replace("config=", "nvct_older=")
+    (tmp_path / "nvct" / "fronts").write_text(older)
+    assert _sourced(tmp_path / "nvct" / "fronts", "nvct_runtime", config="/etc/a.toml") == [""]
+    lowlevel.remember("/etc/a.toml", None, NAMES, "/usr/sbin/runc")
+    assert _sourced(tmp_path / "nvct" / "fronts", "nvct_runtime", config="/etc/a.toml") == ["/usr/sbin/runc"]
 
 
 def _sourced(path, *names, config="", shell="/bin/sh"):
-    """The values of ``names`` after sh sources ``path`` with ``$config`` set, one a line."""
-    script = r'config=$1; . "$2" && shift 2 && for n do eval "v=\${$n-}"; printf "%s\n" "$v"; done'
-    out = subprocess.run([*shell.split(), "-c", script, "sh", config, str(path), *names],
-                         capture_output=True, text=True, check=True).stdout
+    """The values of ``names`` after sh sources ``path`` as a front does, for the config file
+    ``config`` (the record finds its path as nvct.config.file does), one a line."""
+    script = r'. "$1" && shift && for n do eval "v=\${$n-}"; printf "%s\n" "$v"; done'
+    out = subprocess.run([*shell.split(), "-c", script, "sh", str(path), *names],
+                         env={"NVIDIA_CTK_CONFIG_FILE_PATH": config}, capture_output=True, text=True, check=True).stdout
     return out.split("\n")[:-1]
 
 

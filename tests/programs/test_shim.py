@@ -404,12 +404,19 @@ def test_one_dash_global_flags_are_read_as_runc_reads_them(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["create", "-bundle", "{b}", "c2"], ["create", "--b", "{b}", "c2"],
-                                  ["create", "--bundle"], ["create", "--bundle=", "c2"]])
-def test_unusual_create_command_lines_go_to_python(tmp_path, args):
+                                  ["create", "-b={b}", "c2"], ["create", "--bundle"], ["create", "--bundle=", "c2"]])
+def test_unusual_create_command_lines_are_read_as_python_reads_them(tmp_path, args):
+    """Every spelling nvct.oci.runcargs takes, the front takes (it is written from it): the bundle it
+    names (or the working directory, for none) is the one whose spec decides, the other is not read."""
     front, config = _recorded_front(tmp_path, CONFIGS["shipped"](_recording_runtime(tmp_path, "runc")))
-    bundle = _spec_bundle(tmp_path / "plain", {"process": {"env": ["PATH=/bin"]}, "root": {"path": "rootfs"}})
-    _, starts = _front_run(front, config, [a.format(b=bundle) for a in args], cwd=bundle)
-    assert starts == 1
+    plain = _spec_bundle(tmp_path / "plain", {"process": {"env": ["PATH=/bin"]}, "root": {"path": "rootfs"}})
+    gpu = _spec_bundle(tmp_path / "gpu", {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "root": {"path": "r"}})
+    for named, other in ((plain, gpu), (gpu, plain)):
+        argv = [a.format(b=named) for a in args]
+        r, starts = _front_run(front, config, argv, cwd=other if "{b}" in "".join(args) else named)
+        assert starts == (named == gpu), (argv, r.stderr)
+        if named == plain:
+            assert (tmp_path / "argv").read_text().split() == ["runc", *argv]
 
 
 # Spec text drawn from pieces of every name a request may use: whole, cut, in other case, escaped.
