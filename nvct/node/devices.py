@@ -120,11 +120,14 @@ def existing_nodes(dev_root: str) -> list[DeviceNode]:
 def _mig_control_nodes(proc_root: str, caps_major: int | None) -> list[DeviceNode]:
     if caps_major is None:
         return []
-    minors = procfs.mig_minors(proc_root)
+    table = None  # mig-minors, ~4300 lines: read only where the capability file lacks the minor
     out = []
     for name, default_mode in CAP_MODES.items():
         fields = _capability_file(proc_root, name)
-        minor = _int(fields.get("DeviceFileMinor"), minors.get(name))
+        minor = _int(fields.get("DeviceFileMinor"), None)
+        if minor is None:
+            table = procfs.mig_minors_table(proc_root) if table is None else table
+            minor = procfs.mig_minor(table, name)
         if minor is None:
             continue
         mode = _int(fields.get("DeviceFileMode"), default_mode) or 0  # never None: the default is not
