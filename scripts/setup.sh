@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   gcc gcc-multilib libc6-dev libcap-dev make
   python3 python3-venv python3-pip python3-setuptools python3-dev
-  python3-click python3-tomlkit python3-pyelftools python3-prctl python3-yaml
+  python3-click python3-tomlkit python3-prctl python3-yaml
   python3-pytest python3-pyfakefs python3-hypothesis
+  python3-pyelftools  # tests only: an independent check of nvct.linux.elf (docs/packaging.md)
   runc crun busybox-static strace patchelf  # strace, patchelf: the host-without-Python test
   docker.io containerd podman conmon catatonit containernetworking-plugins
   python3-grpcio python3-protobuf

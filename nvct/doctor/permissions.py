@@ -28,14 +28,15 @@ from nvct.config.file import parse_toml
 from nvct.doctor.model import Context, fail, ok
 from nvct.linux.ownership import ancestors, walk, weakness
 from nvct.oci import runtime as lowlevel
+from nvct.toolkit import entry
 from nvct.toolkit.layout import RUNTIMES_DIR
 
 ID = "permissions.chain"
 #: The programs engines and hooks run by name (the package's, pip's, a toolkit's wrappers).
 PROGRAMS = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy",
             "nvidia-container-runtime-hook", "nvct", "nvidia-cdi-hook", "nvidia-ctk", "nvidia-container-cli")
-#: Python packages the programs import besides the standard library (as the toolkit copies them).
-PACKAGES = ("nvct", "click", "tomlkit", "yaml", "elftools", "prctl", "_prctl")
+#: Python packages the programs import besides the standard library (the toolkit's one list).
+PACKAGES = ("nvct", *entry.DEPENDENCIES)
 #: Where ``nvct toolkit install`` puts its tree by default (the GPU Operator's).
 DEFAULT_TOOLKITS = ("/usr/local/nvidia/toolkit",)
 _SHOWN = 8

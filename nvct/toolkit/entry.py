@@ -20,7 +20,6 @@ DEPENDENCIES = {
     "click": True,
     "tomlkit": sys.version_info < (3, 11),
     "yaml": True,
-    "elftools": True,
     "prctl": False,
     "_prctl": False,
 }

@@ -14,8 +14,6 @@ import shutil
 import subprocess
 import tempfile
 
-from elftools.elf.elffile import ELFFile
-
 BUSYBOX = "/bin/busybox"
 LDCONFIG = "/sbin/ldconfig"
 LOADER = "/lib64/ld-linux-x86-64.so.2"
@@ -149,6 +147,8 @@ def _install(src: str, rootfs: str, inner: str, *, need_static: bool = False) ->
 
 
 def _is_dynamic(path: str) -> bool:
+    from elftools.elf.elffile import ELFFile  # here: tests.support imports where pyelftools is absent (a GPU node)
+
     with open(path, "rb") as f:
         return any(seg["p_type"] == "PT_INTERP" for seg in ELFFile(f).iter_segments())
 

@@ -36,7 +36,7 @@ def test_it_carries_its_loader_libc_and_every_library_its_modules_need(bundled):
 def test_sys_path_is_the_bundle_whatever_the_environment_says(bundled):
     env = {"PATH": "/usr/bin:/bin", "PYTHONHOME": "/usr", "PYTHONPATH": "/usr/lib/python3/dist-packages",
            "LD_LIBRARY_PATH": "/lib/x86_64-linux-gnu", "PYTHONSAFEPATH": "0"}
-    got = _python(bundled, "import sys, json, ctypes, yaml, click, elftools, nvct.programs.shim; print(json.dumps("
+    got = _python(bundled, "import sys, json, ctypes, yaml, click, nvct.programs.shim; print(json.dumps("
                   "[sys.path, sys.prefix, sys.flags.isolated, sorted(m.__file__ for m in "
                   "(ctypes, yaml, click, nvct.programs.shim))]))", env)
     paths, prefix, isolated, files = got
