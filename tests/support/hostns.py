@@ -1,7 +1,7 @@
 """The suite's own copy of the host paths nvct's programs write: a private mount namespace.
 
 A shim or hook start writes its records in /run/nvct, the installer and uninstaller
-/run/nvct-standins and /run/nvidia, podman's tests their CDI specs in /etc/cdi and /var/run/cdi.
+/run/nvidia/toolkit and /run/nvct-standins, podman's tests their CDI specs in /etc/cdi and /var/run/cdi.
 On the host those are shared by every test run on the machine (and an installed nvct): two runs
 at once saw each other's records. :func:`enter`, called by tests/conftest.py before any test
 runs, moves the test process, and so every program the tests start (engines included), into a
@@ -31,8 +31,9 @@ _MS_BIND, _MS_MOVE, _MS_REC, _MS_SLAVE = 0x1000, 0x2000, 0x4000, 0x80000
 #: The host's directory the suite has a copy of (the module's docstring).
 RUN = "/run"
 #: What the suite sees absent in its /run whatever the host has there: nvct's records, the
-#: installer's stand-ins and pid file, generated CDI specs.
-HIDDEN = ("nvct", "nvct-standins", "nvidia", "cdi")
+#: uninstaller's stand-ins, generated CDI specs, the installer's pid file (/run/nvidia/toolkit)
+#: unless /run/nvidia holds a GPU node's driver container (``driver``), which the suite must see.
+HIDDEN = ("nvct", "nvct-standins", "cdi", "nvidia")
 #: The host's directories the suite sees empty (where they exist: none is made on the host).
 EMPTIED = ("/etc/cdi",)
 #: The host's /run, opened before the namespace was entered (O_PATH): where a test looks to see
@@ -55,7 +56,7 @@ def enter() -> bool:
     try:
         _mount(libc, "nvct-suite", staging, "tmpfs", 0, "mode=%o" % (os.stat(RUN).st_mode & 0o7777))
         for name in sorted(os.listdir(RUN)):
-            if name not in HIDDEN:
+            if name not in HIDDEN or name == "nvidia" and os.path.lexists(f"{RUN}/nvidia/driver"):
                 with contextlib.suppress(FileNotFoundError):  # gone since it was listed
                     _bind(libc, os.path.join(RUN, name), os.path.join(staging, name))
         _mount(libc, staging, RUN, None, _MS_MOVE)
@@ -88,9 +89,12 @@ def _bind(libc, source: str, target: str) -> None:
 
 
 def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
-    rc = libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
+    rc = libc.mount(_bytes(source), _bytes(target), _bytes(fstype), ctypes.c_ulong(flags), _bytes(data))
     _check(rc, f"mount {source or ''} {target} ({fstype or 'flags'})")
+
+
+def _bytes(s: str | None) -> bytes | None:
+    return None if s is None else os.fsencode(s)
 
 
 def _check(rc: int, what: str) -> None:
