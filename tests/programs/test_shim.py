@@ -403,6 +403,26 @@ def test_one_dash_global_flags_are_read_as_runc_reads_them(tmp_path):
     assert (tmp_path / "argv").read_text().split() == ["runc", "-root", "/r", "-log-format", "json", "state", "c2"]
 
 
+def test_a_config_found_through_xdg_config_home_is_the_one_the_front_finds(tmp_path):
+    """The front takes the config's path from the record (nvct.config.file.default_path_sh): with
+    XDG_CONFIG_HOME ending in '/', its own copy once looked up another path, and every call took
+    Python."""
+    front, _ = _recorded_front(tmp_path, "")
+    home = tmp_path / "xdg"
+    config = home / "nvidia-container-runtime" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(CONFIGS["shipped"](_recording_runtime(tmp_path, "runc")))
+    age(str(config))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "XDG_CONFIG_HOME": f"{home}/"}
+    for _ in range(3):  # Python records it (trusted once the file's clock tick has passed)
+        subprocess.run(_private(front, [front.shim, "state", "c1"]), env=env, capture_output=True, timeout=60)
+    before = front.starts()["shim"]
+    r = subprocess.run(_private(front, [front.shim, "state", "c1"]), env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, front.starts()["shim"] - before) == (0, 0), r.stderr
+    assert (tmp_path / "argv").read_text().split() == ["runc", "state", "c1"]
+
+
 @pytest.mark.parametrize("args", [["create", "-bundle", "{b}", "c2"], ["create", "--b", "{b}", "c2"],
                                   ["create", "-b={b}", "c2"], ["create", "--bundle"], ["create", "--bundle=", "c2"]])
 def test_unusual_create_command_lines_are_read_as_python_reads_them(tmp_path, args):
