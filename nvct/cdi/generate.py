@@ -39,7 +39,7 @@ from nvct.cdi.features import Generation
 from nvct.config.file import ALL_CAPABILITIES
 from nvct.discover.driver import Driver, Gpu, MigDevice, Node
 from nvct.edits import build as injection, csvmode, devices, steps as kinds, wsl
-from nvct.edits.model import ContainerEdits, DeviceNode, as_chain
+from nvct.edits.model import Chain, ContainerEdits, DeviceNode, as_chain
 from nvct.request import cdinames as names, requirements
 
 TYPE_CHECKING = False  # typing costs an import
@@ -161,6 +161,8 @@ def _spec(vendor: str, cls: str, entries: list[tuple[str, ContainerEdits]], comm
         merged = ContainerEdits()
         for _, edits in entries:
             merged.extend(edits)
+        links = [h for h in merged.hooks if isinstance(h, Chain)]  # the devices' by-path links: one hook
+        merged.hooks = [*(h for h in merged.hooks if not isinstance(h, Chain)), *injection.merged_links_hooks(links)]
         entries.append((ALL_DEVICE, merged))
     raw: dict[str, Any] = {
         "cdiVersion": "",
@@ -203,12 +205,13 @@ def _device_entries(driver: Driver, device_ids: Sequence[str], strategies: Seque
     ``memory_limits``: the hook program for each whole GPU's ``apply-cuda-memory-limits``
     createRuntime hook (the reference's; it does nothing without the container's
     ``NVIDIA_GPU_MEMORY_REQUEST``/``LIMIT``); MIG devices get none (NVML refuses them).
-    ``hook_path``: the hook program for a graphics MIG device's by-path links (none without).
+    ``hook_path``: the hook program for the by-path links of a GPU's DRM nodes, and of a graphics
+    MIG device's parent's (none without).
     """
     selection = devices.select(tuple(device_ids), driver, what="--device-id")
     entries: list[tuple[str, ContainerEdits]] = []
     for gpu in selection.gpus:
-        edits = injection.gpu_edits(driver, gpu, CAPABILITIES)
+        edits = injection.gpu_edits(driver, gpu, CAPABILITIES, hook_path=hook_path)
         if memory_limits:
             edits.hooks.append(injection.memory_limit_hook(driver, [gpu], memory_limits))
         entries.extend((name, edits) for name in device_names(gpu, strategies))

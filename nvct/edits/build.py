@@ -100,12 +100,15 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
         return generation.finish(edits) if generation is not None else edits
     selection = selection_for(request, driver, config)
     edits = ContainerEdits()
+    device_hooks: list[Hook | Chain] = []  # the DRM nodes' by-path links: after nvct's chain (drm_links_hook)
+    graphics = "graphics" in request.capabilities or "display" in request.capabilities
+    links_hook = (hook_path or hook_executable(config)) if graphics and not (sandbox or nodes_only) else None
     for gpu in selection.gpus:
-        edits.extend(gpu_edits(driver, gpu, request.capabilities))
-    device_hooks: list[Hook | Chain] = []  # a graphics MIG device's by-path links: after nvct's chain (mig_edits)
-    mig_hook = None if sandbox or not selection.migs else hook_path or hook_executable(config)
+        device = gpu_edits(driver, gpu, request.capabilities, hook_path=links_hook)
+        device_hooks, device.hooks = device_hooks + device.hooks, []
+        edits.extend(device)
     for gpu, mig in selection.migs:
-        device = mig_edits(driver, gpu, mig, request.capabilities, hook_path=mig_hook)
+        device = mig_edits(driver, gpu, mig, request.capabilities, hook_path=links_hook)
         device_hooks, device.hooks = device_hooks + device.hooks, []
         edits.extend(device)
     edits.extend(_mig_management_edits(request, driver))
@@ -115,7 +118,7 @@ def container_edits(request: Request, driver: Driver, config, *, hook_path: str 
     edits.extend(common_edits(driver, request.capabilities, hook_path=hook_path or hook_executable(config),
                               ldconfig=ldconfig_setting(config), generation=generation, sandbox=sandbox,
                               nodes_only=nodes_only))
-    edits.extend(ContainerEdits(hooks=device_hooks))
+    edits.extend(ContainerEdits(hooks=merged_links_hooks(device_hooks)))
     _compat_gpus(edits, driver, selection)
     if not sandbox and generation is not None and generation.hook_enabled(MEMORY_LIMITS_HOOK):
         edits.extend(memory_limit_edits(request, driver, selection.gpus, hook_path or hook_executable(config)))
@@ -169,11 +172,15 @@ def selection_for(request: Request, driver: Driver, config) -> Selection:
     return select(request.devices or (), driver, default_kind=default_kind, what=what)
 
 
-def gpu_edits(driver: Driver, gpu: Gpu, capabilities=()) -> ContainerEdits:
-    """One whole GPU: its device node, and its DRM nodes for graphics/display."""
+def gpu_edits(driver: Driver, gpu: Gpu, capabilities=(), *, hook_path: str | None = None) -> ContainerEdits:
+    """One whole GPU: its device node, and for graphics/display its DRM nodes and, given
+    ``hook_path``, the chain that makes their ``/dev/dri/by-path`` links (the reference's)."""
     edits = ContainerEdits(device_nodes=[_device(driver.gpu_node(gpu), f"GPU {gpu.index} ({gpu.uuid})")])
     if "graphics" in capabilities or "display" in capabilities:
-        edits.device_nodes.extend(_device(n, f"DRM node of GPU {gpu.index}") for n in driver.drm_nodes(gpu))
+        drm = driver.drm_nodes(gpu)
+        edits.device_nodes.extend(_device(n, f"DRM node of GPU {gpu.index}") for n in drm)
+        if drm and hook_path and (links := driver.drm_links(gpu)):
+            edits.hooks.append(drm_links_hook(links, hook_path, f"GPU {gpu.index}"))
     return edits
 
 
@@ -199,18 +206,32 @@ def mig_edits(driver: Driver, gpu: Gpu, mig: MigDevice, capabilities=(), *,
         edits.device_nodes.extend(_device(n, f"DRM node of the parent GPU of {why}, a graphics profile")
                                   for n in drm)
         if hook_path and (links := driver.drm_links(gpu)):
-            edits.hooks.append(drm_links_hook(links, hook_path, gpu))
+            edits.hooks.append(drm_links_hook(links, hook_path, f"GPU {gpu.index}"))
     return edits
 
 
-def drm_links_hook(links, hook_path: str, gpu: Gpu) -> Chain:
-    """The chain that makes a GPU's by-path links to its DRM nodes in the container.
+def drm_links_hook(links, hook_path: str, gpus: str) -> Chain:
+    """The chain that makes by-path links to DRM nodes in the container (``gpus``: whose, for the reason).
 
     A hook of its own: /dev is the runtime's tmpfs, so the shim cannot write them
     beforehand (nvct.modifier.prepare); it runs after nvct's main chain.
     """
     return Chain("createContainer", hook_path, tuple(chain_prefix(hook_path)),
-                 (chain.CreateSymlinks(tuple(links)),), reason=f"/dev/dri/by-path links of GPU {gpu.index}")
+                 (chain.CreateSymlinks(tuple(links)),), reason=f"/dev/dri/by-path links of {gpus}")
+
+
+def merged_links_hooks(hooks: Sequence[Hook | Chain]) -> list[Hook | Chain]:
+    """Devices' :func:`drm_links_hook` chains as one, so that a container of many GPUs pays one hook."""
+    distinct: list[Hook | Chain] = []
+    for hook in hooks:
+        if hook not in distinct:  # two MIG devices of one GPU
+            distinct.append(hook)
+    chains = [c for c in distinct if isinstance(c, Chain)]
+    if len(distinct) < 2 or len(chains) != len(distinct):
+        return distinct
+    links = tuple(dict.fromkeys(link for c in chains for step in c.steps
+                                if isinstance(step, chain.CreateSymlinks) for link in step.links))
+    return [drm_links_hook(links, chains[0].path, "the container's GPUs")]
 
 
 def ldconfig_setting(config) -> str | None:

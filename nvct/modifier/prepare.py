@@ -8,7 +8,9 @@ left with the one step only the container's mount namespace allows (runc
 refuses spec mounts under /proc): masking the driver's params, by the same
 step every other path runs (one implementation: a target opened without
 following links, the mask moved onto it by fd). That saves the hook's
-ldconfig, imports and writes on every GPU container start.
+ldconfig, imports and writes on every GPU container start. Chains of links
+under /dev alone (a GPU's DRM by-path links) are the hook's too, /dev being
+the runtime's tmpfs: they join the kept mask, so no start gains a hook.
 
 Whatever this cannot do exactly leaves the chain to the hook, unchanged: a
 step other than those below, a spec mount (a volume) over a path the chain
@@ -49,18 +51,29 @@ class Plan:
     """
 
     def __init__(self, index: int, root: Rootfs, bundle: str, steps: list[kinds.Step],
-                 host_files: dict[str, str], cache: tuple[bytes, bytes] | None, mask: bool):
+                 host_files: dict[str, str], cache: tuple[bytes, bytes] | None, mask: bool,
+                 dev_links: tuple[int, ...] = ()):
         self.index, self.root, self.rootfs, self.bundle = index, root, root.path, bundle
         self.steps, self.host_files, self.cache, self.mask = steps, host_files, cache, mask
+        self.dev_links = dev_links
 
     def edit(self, edits: ContainerEdits) -> None:
-        """The chain keeps its params mask alone (or goes); ``bind-mount`` steps become mounts, last."""
-        chain = as_chain(edits.hooks.pop(self.index))
+        """The chain keeps its params mask alone (or goes); ``bind-mount`` steps become mounts, last.
+
+        The chains of links under /dev (:func:`_dev_links_only`) join a kept mask: one hook process.
+        """
+        chain = as_chain(edits.hooks[self.index])
         masks = tuple(s for s in self.steps if isinstance(s, kinds.MaskParams))
+        drop = {self.index}
         if self.mask and masks and chain is not None:
-            edits.hooks.insert(self.index, chain.replace(
-                steps=masks[:1], root=self.rootfs,
-                reason="the driver's params masked (ModifyDeviceFiles: 0); links and ld cache written by the shim"))
+            links = [c for i in self.dev_links if (c := as_chain(edits.hooks[i])) is not None
+                     and (c.path, c.head) == (chain.path, chain.head)]
+            edits.hooks[self.index] = chain.replace(
+                steps=masks[:1] + tuple(s for c in links for s in c.steps), root=self.rootfs,
+                reason="the driver's params masked (ModifyDeviceFiles: 0); links and ld cache written by the shim"
+                + ("; /dev links by the hook" if links else ""))
+            drop = {i for i in self.dev_links if as_chain(edits.hooks[i]) in links}
+        edits.hooks[:] = [h for i, h in enumerate(edits.hooks) if i not in drop]
         for step in self.steps:
             if isinstance(step, kinds.BindMount):
                 edits.mounts.append(Mount(step.host_path, step.container_path, "bind", step.options,
@@ -89,6 +102,8 @@ def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, 
 
     chains = [(i, c) for i, h in enumerate(edits.hooks)
               if h.hook_name == "createContainer" and (c := as_chain(h)) is not None]
+    dev_links = tuple(i for i, c in chains if _dev_links_only(c.steps))  # only the hook can: left to it
+    chains = [(i, c) for i, c in chains if i not in dev_links]
     if len(chains) != 1:
         return None
     steps = _steps(chains[0][1].steps)
@@ -107,7 +122,14 @@ def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, 
     if checked is None:
         root.close()
         return None
-    return Plan(chains[0][0], root, os.path.abspath(bundle), steps, *checked, _to_mask(proc_root))
+    return Plan(chains[0][0], root, os.path.abspath(bundle), steps, *checked, _to_mask(proc_root), dev_links)
+
+
+def _dev_links_only(steps) -> bool:
+    """A chain of links under /dev alone (DRM by-path links): /dev is the runtime's tmpfs, not yet mounted."""
+    return bool(steps) and all(isinstance(s, kinds.CreateSymlinks) and s.links
+                               and all(posixpath.normpath(link).startswith("/dev/") for _, link in s.links)
+                               for s in steps)
 
 
 def _steps(steps) -> list[kinds.Step] | None:

@@ -306,3 +306,39 @@ def test_no_links_hook_where_hooks_are_off(gfx_node, mode, disabled):
                             generation=Generation(disabled_hooks=disabled))
     assert "/dev/dri/renderD128" in _node_paths(raw, "0:2")
     assert _hook_args(_device(raw, "0:2")["containerEdits"]) == []
+
+
+# --- whole GPUs: their DRM nodes' by-path links ---
+
+def _gpu_links(node, i):
+    bus = node["gpus"][i]["bus_id"]
+    return ["--link", f"../card{i}::/dev/dri/by-path/pci-{bus}-card",
+            "--link", f"../renderD{128 + i}::/dev/dri/by-path/pci-{bus}-render"]
+
+
+def test_each_gpu_device_has_a_links_hook_for_its_drm_nodes(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    for gpu in node["gpus"][1:]:
+        i = gpu["index"]
+        for name in (str(i), gpu["uuid"]):
+            assert {f"/dev/dri/card{i}", f"/dev/dri/renderD{128 + i}"} <= set(_node_paths(raw, name))
+            links = [a for a in _hook_args(_device(raw, name)["containerEdits"]) if "create-symlinks" in a]
+            assert [args[args.index("create-symlinks") + 1:] for args in links] == [_gpu_links(node, i)]
+
+
+def test_all_has_every_gpus_links_in_one_hook(node):
+    raw = generate.generate(node_driver(node), hook_path=HOOK)
+    [args] = [a for a in _hook_args(_device(raw, "all")["containerEdits"]) if "create-symlinks" in a]
+    expected = [x for gpu in node["gpus"] for x in _gpu_links(node, gpu["index"])]
+    assert sorted(args[args.index("create-symlinks") + 1:]) == sorted(expected)
+
+
+@pytest.mark.parametrize("mode, disabled", [("auto", ("create-symlinks",)), ("auto", ("all",)), ("sandbox", ())])
+def test_no_gpu_links_hook_where_hooks_are_off(node, mode, disabled):
+    from nvct.cdi.features import Generation
+
+    raw = generate.generate(node_driver(node), hook_path=HOOK, mode=mode,
+                            generation=Generation(disabled_hooks=disabled))
+    for name in ("1", "all"):
+        assert "/dev/dri/renderD129" in _node_paths(raw, name)
+        assert not [a for a in _hook_args(_device(raw, name)["containerEdits"]) if "create-symlinks" in a]

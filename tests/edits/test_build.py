@@ -315,3 +315,73 @@ def test_nodes_only_gives_a_graphics_mig_devices_drm_nodes(gfx_setup, visible):
     whole, _ = _gfx_edits(gfx_setup, visible)
     nodes, _ = _gfx_edits(gfx_setup, visible, nodes_only=True)
     assert nodes.device_nodes == whole.device_nodes and "/dev/dri/card0" in [n.path for n in nodes.device_nodes]
+
+
+# --- whole GPUs with graphics or display: their DRM nodes' by-path links ---
+
+def _links_of(node, *indexes):
+    out = []
+    for i in indexes:
+        bus = node["gpus"][i]["bus_id"]
+        out += [(f"../card{i}", f"/dev/dri/by-path/pci-{bus}-card"),
+                (f"../renderD{128 + i}", f"/dev/dri/by-path/pci-{bus}-render")]
+    return tuple(out)
+
+
+@pytest.mark.parametrize("caps", ["graphics", "display", "all"])
+def test_graphics_gpus_get_one_links_chain_for_exactly_their_drm_nodes(setup, sim_node, caps):
+    edits = edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "1,3", "NVIDIA_DRIVER_CAPABILITIES": caps})
+    chains = _link_chains(edits)
+    assert [c.steps[0].links for c in chains] == [_links_of(sim_node, 1, 3)]
+    assert edits.hooks[-1] is chains[0]  # after the main chain, which may end in readonly-root
+    assert {n.path for n in edits.device_nodes if n.path.startswith("/dev/dri")} == {
+        "/dev/dri/card1", "/dev/dri/renderD129", "/dev/dri/card3", "/dev/dri/renderD131"}
+
+
+def test_one_gpus_chain_names_it(setup, sim_node):
+    [chain] = _link_chains(edits_for(setup, {"NVIDIA_VISIBLE_DEVICES": "2", "NVIDIA_DRIVER_CAPABILITIES": "display"}))
+    assert chain.steps[0].links == _links_of(sim_node, 2)
+    assert chain.reason == "/dev/dri/by-path links of GPU 2"
+
+
+def test_a_compute_only_request_reads_no_links_and_gets_no_chain(setup, monkeypatch):
+    config, _ = setup
+    driver = Driver.from_config(config)
+
+    def no(gpu):
+        raise AssertionError("by-path links read for a compute-only request")
+
+    monkeypatch.setattr(driver, "drm_links", no)
+    monkeypatch.setattr(driver, "drm_nodes", no)
+    req = request_mod.from_env({"NVIDIA_VISIBLE_DEVICES": "1,3", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+                               config)
+    edits = injection.container_edits(req, driver, config, hook_path="/usr/bin/nvct")
+    assert _link_chains(edits) == [] and len(edits.hooks) == 1
+
+
+@pytest.mark.parametrize("kw", [{"sandbox": True}, {"nodes_only": True}])
+def test_sandbox_and_device_rules_have_the_drm_nodes_but_no_links_chain(setup, kw):
+    config, driver = setup
+    req = request_mod.from_env({"NVIDIA_VISIBLE_DEVICES": "1", "NVIDIA_DRIVER_CAPABILITIES": "graphics"}, config)
+    edits = injection.container_edits(req, driver, config, hook_path="/usr/bin/nvct", **kw)
+    assert "/dev/dri/renderD129" in [n.path for n in edits.device_nodes]
+    assert _link_chains(edits) == []
+
+
+@pytest.mark.parametrize("disabled", [("create-symlinks",), ("all",)])
+def test_a_disabled_create_symlinks_hook_drops_the_links(setup, disabled):
+    from nvct.cdi.features import Generation
+
+    config, driver = setup
+    req = request_mod.from_env({"NVIDIA_VISIBLE_DEVICES": "1", "NVIDIA_DRIVER_CAPABILITIES": "graphics"}, config)
+    edits = injection.container_edits(req, driver, config, hook_path="/usr/bin/nvct",
+                                      generation=Generation(disabled_hooks=disabled))
+    assert "/dev/dri/renderD129" in [n.path for n in edits.device_nodes]
+    assert not any(step.name == "create-symlinks" for h in edits.hooks for step in getattr(h, "steps", ()))
+
+
+def test_a_gpu_and_a_graphics_mig_device_share_one_links_chain(gfx_setup):
+    edits, _ = _gfx_edits(gfx_setup, "0:2,1", caps="graphics")
+    [chain] = _link_chains(edits)
+    links = chain.steps[0].links
+    assert LINKS[0] in links and LINKS[1] in links and len(links) == 4

@@ -245,3 +245,37 @@ def test_planning_writes_nothing(setup):
     assert _plan(setup) is not None
     assert _plan(setup, {"mounts": [{"destination": "/etc", "source": "/x"}]}) is None
     assert listing() == before
+
+
+def _graphics(setup):
+    config, _, rootfs, bundle = setup
+    edits = injection.container_edits(
+        request_mod.from_env({"NVIDIA_VISIBLE_DEVICES": "1", "NVIDIA_DRIVER_CAPABILITIES": "graphics"}, config),
+        Driver.from_config(config), config, hook_path="/usr/bin/nvct")
+    return edits, prepare.plan({"mounts": []}, edits, rootfs, bundle, config.proc_root)
+
+
+def test_a_gpus_dev_links_join_the_mask_and_the_rest_is_still_written_early(setup, sim_node):
+    """/dev is the runtime's tmpfs: the DRM by-path links are the hook's, in the one hook that masks."""
+    _, _, rootfs, _ = setup
+    edits, plan = _graphics(setup)
+    assert plan is not None
+    plan.edit(edits)
+    plan.write()
+    [hook] = edits.hooks
+    bus = sim_node["gpus"][1]["bus_id"]
+    assert hook.args[5:] == ("disable-device-node-modification", "--", "create-symlinks",
+                             "--link", f"../card1::/dev/dri/by-path/pci-{bus}-card",
+                             "--link", f"../renderD129::/dev/dri/by-path/pci-{bus}-render")
+    assert os.path.islink(os.path.join(rootfs, LIBDIR.lstrip("/"), "libEGL_nvidia.so.0"))
+    assert not os.path.exists(os.path.join(rootfs, "dev/dri"))
+
+
+def test_without_params_to_mask_the_dev_links_keep_their_own_hook(setup):
+    edits, plan = _graphics(setup)
+    assert plan is not None
+    plan.mask = False
+    plan.edit(edits)
+    [hook] = edits.hooks
+    assert [s.name for s in hook.steps] == ["create-symlinks"]
+    assert all(link.startswith("/dev/dri/by-path/") for _, link in hook.steps[0].links)
