@@ -43,7 +43,7 @@ def test_the_suite_has_its_own_run_showing_the_hosts_entries_but_nvcts():
 
 
 @pytest.mark.containers
-def test_a_gpu_start_in_the_suite_leaves_the_hosts_run_nvct_as_it_was(tmp_path, sim_node, rootfs):  # noqa: F811
+def test_a_gpu_start_in_the_suite_writes_nothing_of_its_own_in_the_hosts_run(tmp_path, sim_node, rootfs):
     _private()
     need_runtime("runc")
     result = run_gpu(tmp_path, sim_node, rootfs, mode="legacy", env=["NVIDIA_VISIBLE_DEVICES=0"],
