@@ -56,6 +56,17 @@ def built_deb(tmp_path_factory) -> Path:
     return _BUILT[key]
 
 
+def no_driver_config(tmp_path: Path) -> Path:
+    """A config for a node whose kernel has no NVIDIA module loaded (its roots under ``tmp_path``)."""
+    empty = tmp_path / "no-driver"
+    (empty / "proc").mkdir(parents=True)
+    (empty / "proc" / "devices").write_text("Character devices:\n  1 mem\n  5 /dev/tty\n")
+    config = tmp_path / "no-driver.toml"
+    config.write_text(f'[nvidia-container-cli]\nroot = "{empty}"\n[nvct]\ndev-root = "{empty}"\n'
+                      f'proc-root = "{empty}/proc"\n')
+    return config
+
+
 def containerfile_instructions(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of a Containerfile: comments dropped, continuations joined."""
     instructions: list[tuple[str, str]] = []

@@ -14,7 +14,7 @@ import pytest
 
 from nvct.config import file as config
 from nvct.programs.version import REFERENCE_VERSION
-from tests.packaging.pkgtest import BUILD_ENV, REPO, built_deb, project_version, tree_modules
+from tests.packaging.pkgtest import BUILD_ENV, REPO, built_deb, no_driver_config, project_version, tree_modules
 from tests.security.test_isolated_start import assert_hooks_start_isolated
 from tests.support.bundle import make_bundle, read_config
 from tests.support.fixtures import (
@@ -715,12 +715,7 @@ def test_install_without_systemd_writes_the_cdi_spec_containers_get_their_gpu_fr
 @needs_root_and_apt
 def test_install_without_systemd_nor_driver_succeeds_with_one_line_and_no_spec(deb, tmp_path):
     _skip_if_this_machine_has_nvct_or_the_toolkit()
-    empty = tmp_path / "no-driver"  # a node whose kernel has no NVIDIA module loaded
-    (empty / "proc").mkdir(parents=True)
-    (empty / "proc" / "devices").write_text("Character devices:\n  1 mem\n  5 /dev/tty\n")
-    no_driver = tmp_path / "no-driver.toml"
-    no_driver.write_text(f'[nvidia-container-cli]\nroot = "{empty}"\n[nvct]\ndev-root = "{empty}"\n'
-                         f'proc-root = "{empty}/proc"\n')
+    no_driver = no_driver_config(tmp_path)  # a node whose kernel has no NVIDIA module loaded
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     try:
@@ -735,7 +730,8 @@ def test_install_without_systemd_nor_driver_succeeds_with_one_line_and_no_spec(d
             line = said[0]
             assert line.startswith(f"nvct: no CDI spec written to {SPEC} (no systemd here to run "
                                    "nvidia-cdi-refresh): "), line
-            assert f"{empty}/proc/driver/nvidia/version: not found: the NVIDIA driver is not loaded" in line, line
+            assert f"{tmp_path}/no-driver/proc/driver/nvidia/version: not found: the NVIDIA driver is not " \
+                "loaded" in line, line
             assert line.endswith(f"; once the driver is loaded, run: nvidia-ctk cdi generate --output={SPEC}"), line
             assert not (run_dir / "cdi").exists() or os.listdir(run_dir / "cdi") == []  # not even half a file
             assert _dpkg_state("nvct") == "installed"

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from nvct.programs.version import REFERENCE_VERSION
-from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, project_version, tree_modules
+from tests.packaging.pkgtest import BUILD_ENV, REPO, build_package, no_driver_config, project_version, tree_modules
 from tests.support.proc import SYSTEM_PATH, run
 
 PROGRAMS = ("nvct", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli",
@@ -382,12 +382,7 @@ def test_rpm_install_without_driver_succeeds_with_one_line_and_no_spec_and_leave
         rpm, tmp_path):
     """No driver: %post says so in one line, writes nothing, and the install succeeds. Where systemd runs
     (/run/systemd/system), the enabled units write the spec: %post neither generates nor says anything."""
-    empty = tmp_path / "no-driver"  # a node whose kernel has no NVIDIA module loaded
-    (empty / "proc").mkdir(parents=True)
-    (empty / "proc" / "devices").write_text("Character devices:\n  1 mem\n  5 /dev/tty\n")
-    no_driver = tmp_path / "no-driver.toml"
-    no_driver.write_text(f'[nvidia-container-cli]\nroot = "{empty}"\n[nvct]\ndev-root = "{empty}"\n'
-                         f'proc-root = "{empty}/proc"\n')
+    no_driver = no_driver_config(tmp_path)  # a node whose kernel has no NVIDIA module loaded
     result = _in_private_root(tmp_path, _ENV_FILE + f"""
 step install rpm --root "$R" --nodeps -i {rpm.path}
 ls -A "$R/run/cdi" > "$W/cdi-after-install" 2>&1 || :
@@ -408,7 +403,8 @@ step erase-systemd rpm --root "$R" --nodeps -e nvct
         said = [line for line in out.splitlines() if "CDI spec" in line or "cdi generate" in line]
         assert len(said) == 1 and "scriptlet failed" not in out, (step, out)
         assert said[0] == (f"nvct: no CDI spec written to {SPEC} (no systemd here to run nvidia-cdi-refresh): "
-                           f"{empty}/proc/driver/nvidia/version: not found: the NVIDIA driver is not loaded "
+                           f"{tmp_path}/no-driver/proc/driver/nvidia/version: not found: the NVIDIA driver is not "
+                           "loaded "
                            "(load its kernel module: modprobe nvidia); once the driver is loaded, run: "
                            f"nvidia-ctk cdi generate --output={SPEC}"), said[0]
         assert "No such file or directory" in (tmp_path / f"cdi-after-{step}").read_text()  # not even half a file
