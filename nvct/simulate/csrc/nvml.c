@@ -879,40 +879,29 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, un
     if (!g->mig_capable || (p = find_profile(g, profile)) == NULL)
         return NVML_ERROR_NOT_SUPPORTED;
     fill_gi_profile(p, &v1);
+/* v2 and v3 share these fields from v1, at other offsets (v3 has no isP2pSupported). */
+#define COPY_GI_PROFILE(dst) do { \
+        (dst)->id = v1.id; (dst)->sliceCount = v1.sliceCount; (dst)->instanceCount = v1.instanceCount; \
+        (dst)->multiprocessorCount = v1.multiprocessorCount; (dst)->copyEngineCount = v1.copyEngineCount; \
+        (dst)->decoderCount = v1.decoderCount; (dst)->encoderCount = v1.encoderCount; \
+        (dst)->jpegCount = v1.jpegCount; (dst)->ofaCount = v1.ofaCount; (dst)->memorySizeMB = v1.memorySizeMB; \
+        snprintf((dst)->name, sizeof (dst)->name, "MIG %s", p->name); \
+    } while (0)
     if (info->version == nvmlGpuInstanceProfileInfo_v3) {
         nvmlGpuInstanceProfileInfo_v3_t *v3 = (nvmlGpuInstanceProfileInfo_v3_t *)info;
 
         memset(v3, 0, sizeof *v3);
         v3->version = nvmlGpuInstanceProfileInfo_v3;
-        v3->id = v1.id;
-        v3->sliceCount = v1.sliceCount;
-        v3->instanceCount = v1.instanceCount;
-        v3->multiprocessorCount = v1.multiprocessorCount;
-        v3->copyEngineCount = v1.copyEngineCount;
-        v3->decoderCount = v1.decoderCount;
-        v3->encoderCount = v1.encoderCount;
-        v3->jpegCount = v1.jpegCount;
-        v3->ofaCount = v1.ofaCount;
-        v3->memorySizeMB = v1.memorySizeMB;
+        COPY_GI_PROFILE(v3);
         v3->capabilities = p->capabilities;
-        snprintf(v3->name, sizeof v3->name, "MIG %s", p->name);
         return NVML_SUCCESS;
     }
     memset(info, 0, sizeof *info);
     info->version = nvmlGpuInstanceProfileInfo_v2;
-    info->id = v1.id;
+    COPY_GI_PROFILE(info);
     info->isP2pSupported = v1.isP2pSupported;
-    info->sliceCount = v1.sliceCount;
-    info->instanceCount = v1.instanceCount;
-    info->multiprocessorCount = v1.multiprocessorCount;
-    info->copyEngineCount = v1.copyEngineCount;
-    info->decoderCount = v1.decoderCount;
-    info->encoderCount = v1.encoderCount;
-    info->jpegCount = v1.jpegCount;
-    info->ofaCount = v1.ofaCount;
-    info->memorySizeMB = v1.memorySizeMB;
-    snprintf(info->name, sizeof info->name, "MIG %s", p->name);
     return NVML_SUCCESS;
+#undef COPY_GI_PROFILE
 }
 
 /* The visible MIG devices of GPU g that pass keep(), written to out (may be NULL). */
