@@ -79,6 +79,50 @@ class Plan:
                 edits.mounts.append(Mount(step.host_path, step.container_path, "bind", step.options,
                                           reason="bind-mount step of the spec's hook, last"))
 
+    def after_create(self, spec: dict[str, Any], subcommand: str | None) -> AfterCreate | None:
+        """The hook :meth:`edit` left, taken out of ``spec`` for the shim to run after ``create``, or None.
+
+        Only a ``create``: the runtime's init then waits on its exec fifo, having run no image
+        code, while the shim runs the hook's steps in its mount namespace (:class:`AfterCreate`):
+        one Python start fewer per GPU container. Only hooks of the params mask and /dev links,
+        for this root, and no user namespace (its own mounts and files are the hook's); a
+        ``run`` starts the process at once, so its hook stays. Call before :meth:`write`.
+        """
+        if subcommand != "create" or not isinstance(spec.get("hooks"), dict):
+            return None
+        linux = spec.get("linux")
+        linux = linux if isinstance(linux, dict) else {}
+        if any(isinstance(n, dict) and n.get("type") == "user" for n in linux.get("namespaces") or ()):
+            return None
+        if not any(isinstance(m, dict) and m.get("destination") == "/proc" for m in spec.get("mounts") or ()):
+            return None  # no /proc of the runtime's: nothing to mask, and the steps could not see /proc/self
+        from nvct.edits.model import Hook
+
+        hooks = spec["hooks"].get("createContainer") or []
+        taken, chains = [], []
+        for i, h in enumerate(hooks):
+            chain = as_chain(Hook("createContainer", h.get("path"), tuple(h.get("args") or ()))) \
+                if isinstance(h, dict) and isinstance(h.get("args"), list) else None
+            if chain is None:
+                continue
+            if chain.root != self.rootfs or not all(isinstance(s, kinds.MaskParams) for s in chain.steps
+                                                    if not _dev_links_only((s,))):
+                return None  # a chain only the hook can run: all of nvct's stay there
+            taken.append(i)
+            chains.append(chain)
+        if not chains:
+            return None
+        st = os.fstat(self.root.fileno())
+        identity = next((c.identity for c in chains if c.identity), (st.st_dev, st.st_ino))
+        if any(c.identity not in (None, identity) for c in chains):
+            return None
+        spec["hooks"]["createContainer"] = [h for i, h in enumerate(hooks) if i not in taken]
+        if not spec["hooks"]["createContainer"]:
+            del spec["hooks"]["createContainer"]
+        from nvct.oci import spec as ocispec
+
+        return AfterCreate(self.rootfs, identity, ocispec.root_owners(spec), [s for c in chains for s in c.steps])
+
     def write(self) -> None:
         """The ld cache, then the links, into the root: the hook's steps, by its executor."""
         from nvct.hooks.container import HookContext
@@ -89,6 +133,81 @@ class Plan:
                               prepared=(self.host_files, self.cache))
             run([s for s in self.steps if isinstance(s, kinds.UpdateLdcache)]
                 + [s for s in self.steps if isinstance(s, kinds.CreateSymlinks)], ctx)
+
+
+class AfterCreate:
+    """The hook's steps, run by the shim once the runtime's ``create`` has made the container.
+
+    ``rootfs`` and ``identity``: the root as the shim verified it on the host (the hook's
+    ``--container-root`` and ``--root-identity``); ``owners``: as for nvct.rootfs.root.open_root.
+    """
+
+    def __init__(self, rootfs: str, identity: tuple[int, int], owners: tuple[int, ...], steps: list[kinds.Step]):
+        self.rootfs, self.identity, self.owners, self.steps = rootfs, identity, owners, steps
+
+    def run(self, pid: int) -> None:
+        """The steps in ``pid``'s mount namespace, as the hook runs them: the one executor, the root's checks.
+
+        A forked child enters the container's mount namespace, which makes the container's
+        root its own; it keeps that root open, takes back the shim's, and, where the
+        container has a pid namespace of its own, enters it for its child. That child
+        opens the root from the container's view (it sees itself in the container's
+        /proc; ``identity``: that very directory), then runs the steps with the shim's root:
+        the view a createContainer hook has before the runtime's pivot_root. The mask's rule
+        (nvct.hooks.procmask.kernel_proc_path) compares a params not on procfs with the
+        file this process sees at that path: the host's, never the container's own again.
+        No module is imported while the container's root is the process's. Raises the
+        step's NvctError.
+        """
+        from nvct.linux import namespaces
+
+        ns = f"/proc/{pid}/ns/pid"
+        host = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        pidns = -1
+        try:
+            if os.stat(ns).st_ino != os.stat("/proc/self/ns/pid").st_ino:
+                pidns = os.open(ns, os.O_RDONLY | os.O_CLOEXEC)
+            namespaces.in_mount_namespace_of(pid, self._entered, host, pidns)
+        finally:
+            os.close(host)
+            if pidns >= 0:
+                os.close(pidns)
+
+    def _entered(self, host: int, pidns: int) -> None:
+        """In the container's mount namespace: its root kept, the shim's back, its pid namespace for the child."""
+        from nvct.linux import namespaces
+
+        container = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        _chroot(host)
+        if pidns >= 0:
+            import ctypes
+
+            from nvct.base.errors import ContainerError
+            from nvct.linux.libc import libc
+
+            if libc.setns(pidns, 0x20000000):  # CLONE_NEWPID: for children only
+                raise ContainerError(f"cannot enter the container's pid namespace: {os.strerror(ctypes.get_errno())}")
+        return namespaces.run_in_child(None, self._steps, host, container)
+
+    def _steps(self, host: int, container: int) -> None:
+        from nvct.hooks.container import HookContext
+        from nvct.hooks.steps import run
+        from nvct.rootfs.root import Rootfs
+
+        _chroot(container)
+        try:
+            root = Rootfs("/", owners=self.owners, same_as=self.identity)
+        finally:
+            _chroot(host)
+        with root:
+            root.path = self.rootfs  # named in messages as the hook names it
+            run(self.steps, HookContext(rootfs=self.rootfs, root=root, same_as=self.identity))
+
+
+def _chroot(fd: int) -> None:
+    """This process's root (and working directory) set to the directory ``fd``."""
+    os.fchdir(fd)
+    os.chroot(".")
 
 
 def plan(spec: dict[str, Any], edits: ContainerEdits, rootfs: str, bundle: str, proc_root: str) -> Plan | None:

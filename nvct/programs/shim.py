@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
             _cache_problem(config, lowlevel.remember(path, seen, request_markers(config), runtime,
                                                      _legacy_record(config)))
             if args.subcommand in ("create", "run"):
-                _create(args, config, start, runtime)
+                after = _create(args, config, start, runtime)
+                if after is not None:
+                    return _create_then(runtime, argv, args, after)
     except NvctError as e:
         _fail(args, str(e))
         return 1
@@ -105,7 +107,9 @@ def _cache_problem(config, problem: str | None) -> None:
         log.logger.debug("cache not used, every call starts Python: %s", p)
 
 
-def _create(args, config, start: float, runtime: str) -> None:
+def _create(args, config, start: float, runtime: str):
+    """The spec and root prepared; the hook steps left for after the runtime's create
+    (nvct.modifier.prepare.Plan.after_create), or None: exec the runtime."""
     from nvct.oci import spec as ocispec
     from nvct.request import container as request_mod
 
@@ -131,12 +135,155 @@ def _create(args, config, start: float, runtime: str) -> None:
         if typos and (result is None or result.mode != "legacy"):
             log.logger.warning("%s", typos)
     _still_there(result)
+    after = result.plan.after_create(spec, args.subcommand) if result.plan is not None else None
     _save(args.bundle, spec, result.plan)
     log.logger.info("container start", fields={
         "id": args.container_id, "mode": result.mode, "devices": list(result.devices),
         "capabilities": list(request.capabilities),
         "ms": round((time.monotonic() - start) * 1000, 1),
     })
+    if after is not None:
+        log.logger.debug("the params mask by the shim after the runtime's create, no hook")
+    return after
+
+
+#: Signals the shim passes on to the runtime's create while it waits (as if it were the runtime).
+_FORWARDED = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGWINCH")
+
+
+def _create_then(runtime: str, argv: list[str], args, after) -> int:
+    """The runtime's ``create`` as a child, then ``after``'s steps in the created container.
+
+    The child gets this call's argv, stdio and fds, as the exec would: the engine's
+    --pid-file and --console-socket work as before. Its init then waits on the exec
+    fifo, having run no image code. A failed step deletes the container: it never
+    starts without its mask. Killed meanwhile, the shim leaves a created container,
+    which the engine deletes with the failed create.
+    """
+    import signal
+
+    from nvct.base.errors import NvctError
+    from nvct.oci import environ as hookenv
+
+    signals = [getattr(signal, name) for name in _FORWARDED]
+    child: list[int] = []
+
+    def forward(signum, _frame) -> None:
+        if child:
+            try:
+                os.kill(child[0], signum)
+            except OSError:
+                pass
+
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    handlers = {signum: signal.signal(signum, forward) for signum in signals
+                if signal.getsignal(signum) != signal.SIG_IGN}
+    try:
+        child.append(os.posix_spawn(runtime, [runtime, *argv], hookenv.caller_environ(), setsigmask=old_mask))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    try:
+        code = os.waitstatus_to_exitcode(os.waitpid(child[0], 0)[1])
+    finally:
+        for signum, handler in handlers.items():  # the steps are the shim's own: a signal ends it
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+    if code:
+        return code if code > 0 else 128 - code
+    try:
+        after.run(_init_pid(runtime, argv, args))
+    except NvctError as e:
+        _delete(runtime, argv, args.container_id)
+        _fail(args, f"{e}; container {args.container_id} deleted")
+        return 1
+    except Exception as e:  # noqa: BLE001 - one line, and no container left without its mask
+        _delete(runtime, argv, args.container_id)
+        _fail(args, f"internal error: {type(e).__name__}: {e}; container {args.container_id} deleted")
+        return 1
+    return 0
+
+
+def _parts(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the runtime's global options, the subcommand's arguments), as nvct.oci.runcargs reads them."""
+    from nvct.oci import runcargs
+
+    k = next(k for k in range(len(argv)) if runcargs.parse(argv[:k + 1]).subcommand is not None)
+    return argv[:k], argv[k + 1:]
+
+
+def _init_pid(runtime: str, argv: list[str], args) -> int:
+    """The created container's init: from the engine's --pid-file, else the runtime's ``state``."""
+    from nvct.base.errors import ContainerError
+
+    options, rest = _parts(argv)
+    pid_file = _pid_file(rest)
+    try:
+        if pid_file:
+            with open(pid_file) as f:
+                text = f.read().strip()
+        else:
+            text = _state_pid(runtime, options, args.container_id or "")
+    except OSError as e:
+        raise ContainerError(f"container {args.container_id}: its init's pid: {e.strerror}") from None
+    if not text.isdigit() or int(text) <= 1:
+        raise ContainerError(f"container {args.container_id}: no init pid from the runtime ({text!r})")
+    return int(text)
+
+
+def _pid_file(rest: list[str]) -> str | None:
+    """``--pid-file``'s value among create's arguments (runc's flag tables, nvct.oci.runcargs)."""
+    from nvct.oci import runcargs
+
+    i = 0
+    while i < len(rest):
+        if rest[i].startswith("-") and len(rest[i]) > 1:
+            name, eq, value = runcargs._flag(rest[i])
+            if name in runcargs._CREATE_VALUE_FLAGS and not eq:
+                i += 1
+                value = rest[i] if i < len(rest) else ""
+            if name == "pid-file":
+                return value or None
+        i += 1
+    return None
+
+
+def _state_pid(runtime: str, options: list[str], container_id: str) -> str:
+    """The init pid in ``<runtime> state``'s JSON (nothing else of it is read)."""
+    from nvct.base import jsoncodec
+    from nvct.oci import environ as hookenv
+
+    rfd, wfd = os.pipe()
+    try:
+        pid = os.posix_spawn(runtime, [runtime, *options, "state", container_id], hookenv.caller_environ(),
+                             file_actions=[(os.POSIX_SPAWN_DUP2, wfd, 1), (os.POSIX_SPAWN_CLOSE, rfd)])
+    finally:
+        os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    try:
+        state = jsoncodec.loads(out.decode(errors="replace"))
+    except ValueError:
+        return ""
+    value = state.get("pid") if isinstance(state, dict) else None
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
+
+
+def _delete(runtime: str, argv: list[str], container_id: str | None) -> None:
+    """``<runtime> delete --force``: a container whose steps failed never starts. Its output is not ours."""
+    from nvct.oci import environ as hookenv
+
+    if not container_id:
+        return
+    options, _ = _parts(argv)
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        pid = os.posix_spawn(runtime, [runtime, *options, "delete", "--force", container_id],
+                             hookenv.caller_environ(),
+                             file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, null, 1),
+                                           (os.POSIX_SPAWN_DUP2, null, 2)])
+    finally:
+        os.close(null)
+    os.waitpid(pid, 0)
 
 
 def _still_there(result) -> None:

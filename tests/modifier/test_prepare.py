@@ -279,3 +279,59 @@ def test_without_params_to_mask_the_dev_links_keep_their_own_hook(setup):
     [hook] = edits.hooks
     assert [s.name for s in hook.steps] == ["create-symlinks"]
     assert all(link.startswith("/dev/dri/by-path/") for _, link in hook.steps[0].links)
+
+
+# -- the hook left for after the runtime's create (Plan.after_create) ---------------------------------------
+
+_PROC = {"destination": "/proc", "type": "proc", "source": "proc"}
+
+
+def _spec(plan, edits, **extra) -> dict:
+    """The spec as the shim saves it: the plan's edits applied."""
+    from nvct.edits import apply
+
+    spec = {"ociVersion": "1.0.2", "process": {"env": [], "args": ["true"]}, "mounts": [dict(_PROC)],
+            "linux": {"namespaces": [{"type": "mount"}, {"type": "pid"}]}, **extra}
+    plan.edit(edits)
+    apply.apply_edits(spec, edits)
+    return spec
+
+
+@pytest.mark.parametrize("graphics", [False, True])
+def test_a_create_leaves_the_mask_and_dev_links_to_the_shim_after_the_runtimes_create(setup, graphics):
+    from nvct.edits import steps as kinds
+
+    _, edits, rootfs, _ = setup
+    edits, plan = _graphics(setup) if graphics else (edits, _plan(setup))
+    spec = _spec(plan, edits)
+    [hook] = spec["hooks"]["createContainer"]
+    assert plan.after_create(spec, "run") is None and spec["hooks"]["createContainer"] == [hook]
+    after = plan.after_create(spec, "create")
+    assert "createContainer" not in spec["hooks"]
+    st = os.stat(rootfs)
+    assert (after.rootfs, after.identity) == (rootfs, (st.st_dev, st.st_ino))
+    names = [type(s) for s in after.steps]
+    assert names == [kinds.MaskParams] + ([kinds.CreateSymlinks] if graphics else [])
+    plan.root.close()
+
+
+@pytest.mark.parametrize("case", ["user-namespace", "no-proc", "another-step", "another-root"])
+def test_the_hook_stays_where_only_it_can(setup, case):
+    """A user namespace (its mounts and files are the hook's), no /proc of the runtime's, a chain step
+    other than the mask and /dev links, a chain for another root: the hooks stay, all of nvct's."""
+    _, edits, rootfs, _ = setup
+    plan = _plan(setup)
+    spec = _spec(plan, edits)
+    hooks = spec["hooks"]["createContainer"]
+    if case == "user-namespace":
+        spec["linux"]["namespaces"].append({"type": "user"})
+    elif case == "no-proc":
+        spec["mounts"] = []
+    elif case == "another-step":
+        hooks[0]["args"] += ["--", "chmod", "--mode", "755", "--path", "/dev/dri"]
+    else:
+        hooks.append(dict(hooks[0], args=[a if a != rootfs else rootfs + "2" for a in hooks[0]["args"]]))
+    before = [dict(h) for h in hooks]
+    assert plan.after_create(spec, "create") is None
+    assert spec["hooks"]["createContainer"] == before
+    plan.root.close()

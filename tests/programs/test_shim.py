@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nvct.base import parsecache
 from nvct.edits.model import HOOK_ENV
-from tests.support.fixtures import need_root
+from tests.support.fixtures import need_root, rootfs  # noqa: F401 - fixtures
 from tests.support.legacy_front import Front, age, request_specs, shim_env, write_spec
 
 BIN = os.path.dirname(sys.executable)
@@ -569,3 +569,40 @@ def test_a_full_run_nvct_is_said_in_a_debug_line_and_leaves_nothing(tmp_path):
     lines = [line for line in log.read_text().splitlines() if "cache not used" in line]
     assert len(lines) >= 3 and all("No space left on device" in line for line in lines), log.read_text()
     assert (tmp_path / "argv").read_text().split() == ["runc", "state", "c1"]
+
+
+def test_a_create_left_to_the_shim_passes_signals_and_the_runtimes_status_on(tmp_path, sim_node, rootfs):
+    """A create whose mask the shim does after the runtime's create (nvct.modifier.prepare.Plan.after_create)
+    runs the runtime as its child: a SIGTERM the engine sends the shim reaches the runtime, whose exit
+    status is the shim's; a failed create gets no mask and no delete."""
+    import signal
+
+    from tests.support.bundle import make_bundle
+    from tests.support.gpu_runs import PATH_ENV, node_config
+
+    need_root()
+    runtime = tmp_path / "runtime"
+    runtime.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/argv\n"
+                       f"trap 'echo TERM > {tmp_path}/got; exit 7' TERM\n"
+                       f"touch {tmp_path}/ready\nwhile :; do sleep 0.05; done\n")
+    runtime.chmod(0o755)
+    config = node_config(tmp_path, sim_node, mode="jit-cdi", runtime=str(runtime))
+    bundle = make_bundle(str(tmp_path / "bundle"), rootfs, ["true"], env=[PATH_ENV, "NVIDIA_VISIBLE_DEVICES=0"])
+    shim = subprocess.Popen([SHIM, "create", "--bundle", bundle, "--pid-file", str(tmp_path / "pid"), "c1"],
+                            env={"PATH": "/usr/bin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH": config},
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(6000):  # polled: the runtime's create has started
+            if (tmp_path / "ready").exists() or shim.poll() is not None:
+                break
+            os.sched_yield()
+        assert (tmp_path / "ready").exists(), shim.communicate(timeout=30)
+        shim.send_signal(signal.SIGTERM)
+        _, err = shim.communicate(timeout=30)
+    finally:
+        if shim.poll() is None:
+            shim.kill()
+    assert shim.returncode == 7 and (tmp_path / "got").read_text() == "TERM\n", err
+    assert (tmp_path / "argv").read_text().split()[:1] == ["create"]  # no delete: nothing was created
+    spec = json.loads(open(os.path.join(bundle, "config.json")).read())
+    assert not (spec.get("hooks") or {}).get("createContainer"), spec["hooks"]
