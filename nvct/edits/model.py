@@ -183,6 +183,32 @@ class Chain(Record):
         return Hook(self.hook_name, self.path, self.args, self.env, self.timeout).to_cdi()
 
 
+def join_chains(hooks: list) -> list:
+    """nvct's createContainer chains that follow one another and one hook process can run in turn
+    (the same program, argv head, root and environment) joined into the first: a start pays one
+    hook process, not one per chain (a CDI device's links after the spec's common chain)."""
+    out: list = []
+    last = None  # the index in out of the last createContainer hook
+    for hook in hooks:
+        if hook.hook_name != "createContainer":
+            out.append(hook)
+            continue
+        chain = as_chain(hook)
+        prev = as_chain(out[last]) if last is not None else None
+        if chain is not None and prev is not None and _joinable(prev, chain):
+            out[last] = prev.replace(steps=(*prev.steps, *chain.steps), reason="; ".join(
+                r for r in (prev.reason, chain.reason) if r))
+            continue
+        last = len(out)
+        out.append(hook)
+    return out
+
+
+def _joinable(a: Chain, b: Chain) -> bool:
+    return (a.path, a.head, a.root, a.identity, tuple(a.env), a.timeout) == \
+        (b.path, b.head, b.root, b.identity, tuple(b.env), b.timeout)
+
+
 def as_chain(hook) -> Chain | None:
     """``hook`` as nvct's :class:`Chain` when it is one (a spec's argv parsed), else None."""
     if isinstance(hook, Chain):

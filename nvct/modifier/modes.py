@@ -144,6 +144,9 @@ def _into_spec(spec: dict[str, Any], edits: ContainerEdits, bundle: str | None, 
     _check_targets(spec, edits, bundle)
     plan = _prepared(spec, edits, bundle, config) if prepare else None
     if plan is None:
+        from nvct.edits.model import join_chains
+
+        edits.hooks = join_chains(edits.hooks)
         _read_only_root_last(spec, edits, runtime)
     if bundle:
         _root_identity(spec, edits, ocispec.rootfs(spec, bundle), plan)
