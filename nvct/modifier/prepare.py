@@ -156,11 +156,15 @@ class AfterCreate:
         the view a createContainer hook has before the runtime's pivot_root. The mask's rule
         (nvct.hooks.procmask.kernel_proc_path) compares a params not on procfs with the
         file this process sees at that path: the host's, never the container's own again.
-        No module is imported while the container's root is the process's. Raises the
-        step's NvctError.
+        The steps' modules are imported here, once, before the forks (none while the container's
+        root is the process's). Raises the step's NvctError.
         """
+        from nvct.hooks import container, steps  # noqa: F401 - imported once here, not in each child
         from nvct.linux import namespaces
+        from nvct.rootfs import root  # noqa: F401
 
+        for step in self.steps:
+            steps.runner(type(step))
         ns = f"/proc/{pid}/ns/pid"
         host = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         pidns = -1

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None, *, banner: bool = True) -> int:
             if args.subcommand in ("create", "run"):
                 after = _create(args, config, start, runtime)
                 if after is not None:
-                    return _create_then(runtime, argv, args, after)
+                    _exit(_create_then(runtime, argv, args, after))
     except NvctError as e:
         _fail(args, str(e))
         return 1
@@ -195,11 +195,19 @@ def _create_then(runtime: str, argv: list[str], args, after) -> int:
         _delete(runtime, argv, args.container_id)
         _fail(args, f"{e}; container {args.container_id} deleted")
         return 1
-    except Exception as e:  # noqa: BLE001 - one line, and no container left without its mask
+    except BaseException as e:  # noqa: BLE001 - one line, and no container left without its mask (SIGINT too)
         _delete(runtime, argv, args.container_id)
         _fail(args, f"internal error: {type(e).__name__}: {e}; container {args.container_id} deleted")
         return 1
     return 0
+
+
+def _exit(code: int) -> None:
+    """The end of a create the shim waited for: as the exec it replaces, without the interpreter's
+    teardown of every module and object (the log's records are flushed as written)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _parts(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -579,12 +579,13 @@ def test_a_create_left_to_the_shim_passes_signals_and_the_runtimes_status_on(tmp
 
     from tests.support.bundle import make_bundle
     from tests.support.gpu_runs import PATH_ENV, node_config
+    from tests.support.proc import wait_for
 
     need_root()
     runtime = tmp_path / "runtime"
     runtime.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/argv\n"
                        f"trap 'echo TERM > {tmp_path}/got; exit 7' TERM\n"
-                       f"touch {tmp_path}/ready\nwhile :; do sleep 0.05; done\n")
+                       f"touch {tmp_path}/ready\ni=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done\n")
     runtime.chmod(0o755)
     config = node_config(tmp_path, sim_node, mode="jit-cdi", runtime=str(runtime))
     bundle = make_bundle(str(tmp_path / "bundle"), rootfs, ["true"], env=[PATH_ENV, "NVIDIA_VISIBLE_DEVICES=0"])
@@ -592,10 +593,7 @@ def test_a_create_left_to_the_shim_passes_signals_and_the_runtimes_status_on(tmp
                             env={"PATH": "/usr/bin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH": config},
                             stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(6000):  # polled: the runtime's create has started
-            if (tmp_path / "ready").exists() or shim.poll() is not None:
-                break
-            os.sched_yield()
+        wait_for(lambda: (tmp_path / "ready").exists() or shim.poll() is not None, "the runtime's create")
         assert (tmp_path / "ready").exists(), shim.communicate(timeout=30)
         shim.send_signal(signal.SIGTERM)
         _, err = shim.communicate(timeout=30)
