@@ -85,15 +85,17 @@ class Plan:
         Only a ``create``: the runtime's init then waits on its exec fifo, having run no image
         code, while the shim runs the hook's steps in its mount namespace (:class:`AfterCreate`):
         one Python start fewer per GPU container. Only hooks of the params mask and /dev links,
-        for this root, and no user namespace (its own mounts and files are the hook's); a
-        ``run`` starts the process at once, so its hook stays. Call before :meth:`write`.
+        for this root, a mount namespace of the container's own and no user namespace (its
+        mounts and files are the hook's); a ``run`` starts the process at once, so its hook
+        stays. Call before :meth:`write`.
         """
         if subcommand != "create" or not isinstance(spec.get("hooks"), dict):
             return None
         linux = spec.get("linux")
-        linux = linux if isinstance(linux, dict) else {}
-        if any(isinstance(n, dict) and n.get("type") == "user" for n in linux.get("namespaces") or ()):
-            return None
+        spaces = [n for n in (linux.get("namespaces") or () if isinstance(linux, dict) else ()) if isinstance(n, dict)]
+        if any(n.get("type") == "user" for n in spaces) or \
+                not any(n.get("type") == "mount" and not n.get("path") for n in spaces):
+            return None  # a user namespace, or no mount namespace of its own (the host's, another container's)
         if not any(isinstance(m, dict) and m.get("destination") == "/proc" for m in spec.get("mounts") or ()):
             return None  # no /proc of the runtime's: nothing to mask, and the steps could not see /proc/self
         from nvct.edits.model import Hook

@@ -315,16 +315,22 @@ def test_a_create_leaves_the_mask_and_dev_links_to_the_shim_after_the_runtimes_c
     plan.root.close()
 
 
-@pytest.mark.parametrize("case", ["user-namespace", "no-proc", "another-step", "another-root"])
+@pytest.mark.parametrize("case", ["user-namespace", "host-mount-namespace", "joined-mount-namespace", "no-proc",
+                                  "another-step", "another-root"])
 def test_the_hook_stays_where_only_it_can(setup, case):
-    """A user namespace (its mounts and files are the hook's), no /proc of the runtime's, a chain step
-    other than the mask and /dev links, a chain for another root: the hooks stay, all of nvct's."""
+    """A user namespace (its mounts and files are the hook's), no mount namespace of the container's own
+    (the host's, or one joined by path), no /proc of the runtime's, a chain step other than the mask and
+    /dev links, a chain for another root: the hooks stay, all of nvct's."""
     _, edits, rootfs, _ = setup
     plan = _plan(setup)
     spec = _spec(plan, edits)
     hooks = spec["hooks"]["createContainer"]
     if case == "user-namespace":
         spec["linux"]["namespaces"].append({"type": "user"})
+    elif case == "host-mount-namespace":
+        spec["linux"]["namespaces"] = [{"type": "pid"}]
+    elif case == "joined-mount-namespace":
+        spec["linux"]["namespaces"][0]["path"] = "/proc/1/ns/mnt"
     elif case == "no-proc":
         spec["mounts"] = []
     elif case == "another-step":
