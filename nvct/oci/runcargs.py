@@ -25,13 +25,16 @@ CREATE_VERBS = ("create", "run")
 class RuncArgs(Record):
     """What nvct needs from the command line."""
 
-    __slots__ = ("subcommand", "bundle", "container_id", "log", "log_format")
-    _defaults = {"bundle": None, "container_id": None, "log": None, "log_format": None}
+    __slots__ = ("subcommand", "bundle", "container_id", "log", "log_format", "pid_file", "options")
+    _defaults = {"bundle": None, "container_id": None, "log": None, "log_format": None, "pid_file": None,
+                 "options": ()}
     subcommand: str | None
     bundle: str | None
     container_id: str | None
     log: str | None
     log_format: str | None
+    pid_file: str | None  # create's --pid-file
+    options: tuple[str, ...]  # the global options before the subcommand, as given
 
 
 def parse(argv: list[str], cwd: str | None = None) -> RuncArgs:
@@ -52,12 +55,12 @@ def parse(argv: list[str], cwd: str | None = None) -> RuncArgs:
     if i >= len(argv):
         return RuncArgs(None, log=values.get("log"), log_format=values.get("log-format"))
     sub = argv[i]
-    bundle = None
-    container_id = None
+    bundle = container_id = pid_file = None
     if sub in CREATE_VERBS:
-        bundle, container_id = _parse_create(argv[i + 1:])
+        bundle, container_id, pid_file = _parse_create(argv[i + 1:])
         bundle = os.path.abspath(os.path.join(cwd or os.getcwd(), bundle or "."))
-    return RuncArgs(sub, bundle, container_id, values.get("log"), values.get("log-format"))
+    return RuncArgs(sub, bundle, container_id, values.get("log"), values.get("log-format"), pid_file,
+                    tuple(argv[:i]))
 
 
 def _flag(arg: str) -> tuple[str, str, str]:
@@ -65,8 +68,8 @@ def _flag(arg: str) -> tuple[str, str, str]:
     return arg[2 if arg.startswith("--") else 1:].partition("=")
 
 
-def _parse_create(args: list[str]) -> tuple[str | None, str | None]:
-    bundle = None
+def _parse_create(args: list[str]) -> tuple[str | None, str | None, str | None]:
+    bundle = pid_file = None
     positional = []
     i = 0
     while i < len(args):
@@ -79,10 +82,12 @@ def _parse_create(args: list[str]) -> tuple[str | None, str | None]:
                     value = args[i] if i < len(args) else ""
                 if name in _BUNDLE_FLAGS:
                     bundle = value
+                elif name == "pid-file":
+                    pid_file = value or None
         else:
             positional.append(arg)
         i += 1
-    return bundle, (positional[-1] if positional else None)
+    return bundle, (positional[-1] if positional else None), pid_file
 
 
 def asks_version(argv: list[str]) -> bool:

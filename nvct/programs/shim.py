@@ -190,13 +190,13 @@ def _create_then(runtime: str, argv: list[str], args, after) -> int:
     if code:
         return code if code > 0 else 128 - code
     try:
-        after.run(_init_pid(runtime, argv, args))
+        after.run(_init_pid(runtime, args))
     except NvctError as e:
-        _delete(runtime, argv, args.container_id)
+        _delete(runtime, args)
         _fail(args, f"{e}; container {args.container_id} deleted")
         return 1
     except BaseException as e:  # noqa: BLE001 - one line, and no container left without its mask (SIGINT too)
-        _delete(runtime, argv, args.container_id)
+        _delete(runtime, args)
         _fail(args, f"internal error: {type(e).__name__}: {e}; container {args.container_id} deleted")
         return 1
     return 0
@@ -210,48 +210,21 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
-def _parts(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(the runtime's global options, the subcommand's arguments), as nvct.oci.runcargs reads them."""
-    from nvct.oci import runcargs
-
-    k = next(k for k in range(len(argv)) if runcargs.parse(argv[:k + 1]).subcommand is not None)
-    return argv[:k], argv[k + 1:]
-
-
-def _init_pid(runtime: str, argv: list[str], args) -> int:
+def _init_pid(runtime: str, args) -> int:
     """The created container's init: from the engine's --pid-file, else the runtime's ``state``."""
     from nvct.base.errors import ContainerError
 
-    options, rest = _parts(argv)
-    pid_file = _pid_file(rest)
     try:
-        if pid_file:
-            with open(pid_file) as f:
+        if args.pid_file:
+            with open(args.pid_file) as f:
                 text = f.read().strip()
         else:
-            text = _state_pid(runtime, options, args.container_id or "")
+            text = _state_pid(runtime, list(args.options), args.container_id or "")
     except OSError as e:
         raise ContainerError(f"container {args.container_id}: its init's pid: {e.strerror}") from None
     if not text.isdigit() or int(text) <= 1:
         raise ContainerError(f"container {args.container_id}: no init pid from the runtime ({text!r})")
     return int(text)
-
-
-def _pid_file(rest: list[str]) -> str | None:
-    """``--pid-file``'s value among create's arguments (runc's flag tables, nvct.oci.runcargs)."""
-    from nvct.oci import runcargs
-
-    i = 0
-    while i < len(rest):
-        if rest[i].startswith("-") and len(rest[i]) > 1:
-            name, eq, value = runcargs._flag(rest[i])
-            if name in runcargs._CREATE_VALUE_FLAGS and not eq:
-                i += 1
-                value = rest[i] if i < len(rest) else ""
-            if name == "pid-file":
-                return value or None
-        i += 1
-    return None
 
 
 def _state_pid(runtime: str, options: list[str], container_id: str) -> str:
@@ -276,13 +249,14 @@ def _state_pid(runtime: str, options: list[str], container_id: str) -> str:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
 
 
-def _delete(runtime: str, argv: list[str], container_id: str | None) -> None:
+def _delete(runtime: str, args) -> None:
     """``<runtime> delete --force``: a container whose steps failed never starts. Its output is not ours."""
     from nvct.oci import environ as hookenv
 
+    container_id = args.container_id
     if not container_id:
         return
-    options, _ = _parts(argv)
+    options = list(args.options)
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     try:
         pid = os.posix_spawn(runtime, [runtime, *options, "delete", "--force", container_id],

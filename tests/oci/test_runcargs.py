@@ -38,3 +38,12 @@ def test_one_dash_long_flags_as_runc_takes_them():
     assert (args.log, args.log_format) == ("/l", "json")
     assert parse(["create", "--b", "/x", "id"]).bundle == "/x"
     assert parse(["run", "-bundle=/y", "id"]).bundle == "/y"
+
+
+@pytest.mark.parametrize("flag", [["--pid-file", "/run/c1.pid"], ["--pid-file=/run/c1.pid"],
+                                  ["-pid-file", "/run/c1.pid"]])
+def test_the_pid_file_and_the_global_options_the_shim_passes_on(flag):
+    args = parse(["--root", "/run/runc", "--log-format=json", "create", "--bundle", "/b", *flag, "c1"])
+    assert (args.pid_file, args.options, args.container_id) == ("/run/c1.pid", ("--root", "/run/runc",
+                                                                                "--log-format=json"), "c1")
+    assert parse(["run", "--bundle", "/b", "c1"]).pid_file is None
