@@ -2,9 +2,10 @@
 
     NVCT_RUNC=/usr/sbin/runc python tests/gpu/startcost.py [ROUNDS]
 
-Each round runs ``true`` in a container once plainly and once per mode asking
-for every GPU (utility, compute), in a shuffled order; it prints each case's
-median wall time and its ratio to plain runc.
+Each round takes a container running ``true`` through create, start and
+delete, as engines do, once plainly and once per mode asking for every GPU
+(utility, compute), in a shuffled order; it prints each case's median wall
+time and its ratio to plain runc.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ def _bundle(work: Path, name: str, gpu: bool, runc: str, mode: str = "") -> tupl
     spec["root"] = {"path": str(rootfs), "readonly": False}
     (bundle / "config.json").write_text(json.dumps(spec))
     if not gpu:
-        return [runc, "run", "--bundle", str(bundle)], {"PATH": os.environ["PATH"]}
+        return [runc, "create", "--bundle", str(bundle)], {"PATH": os.environ["PATH"]}
     config = real._config(bundle, mode, runc)
-    return ([os.path.join(real.BIN, "nvidia-container-runtime"), "run", "--bundle", str(bundle)],
+    return ([os.path.join(real.BIN, "nvidia-container-runtime"), "create", "--bundle", str(bundle)],
             {"PATH": os.environ["PATH"], "NVIDIA_CTK_CONFIG_FILE_PATH": str(config)})
 
 
@@ -56,8 +57,13 @@ def main(rounds: int) -> None:
         random.shuffle(order)
         for name in order:
             argv, env = cases[name]
+            container = f"c{n}-{name}"
             start = time.perf_counter()
-            subprocess.run([*argv, f"c{n}-{name}"], env=env, check=True, capture_output=True)
+            # The container's init keeps create's stdio: no pipes, or create's caller waits for its end.
+            subprocess.run([*argv, container], env=env, check=True, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run([runc, "start", container], check=True, capture_output=True)
+            subprocess.run([runc, "delete", "--force", container], check=True, capture_output=True)
             if n:  # round 0 warms the caches
                 times[name].append(time.perf_counter() - start)
     base = statistics.median(times["runc"])

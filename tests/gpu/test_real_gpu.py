@@ -20,6 +20,7 @@ from nvct.config import file as config_mod
 from nvct.discover import inventory
 from nvct.discover.driver import Driver
 from tests.support.fixtures import skip
+from tests.support.proc import wait_for
 
 BIN = os.path.dirname(sys.executable)
 MODES = ("legacy", "jit-cdi", "cdi")
@@ -69,6 +70,8 @@ def _rootfs(tmp_path: Path) -> Path:
             shutil.copy(os.path.realpath(lib), rootfs / lib.lstrip("/"))
     shutil.copy(_cuda_probe(tmp_path), rootfs / "bin/cuprobe")
     (rootfs / "etc/ld.so.conf").write_text("/usr/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n")
+    # An image's own ld cache, which the shim patches early (without one the chain is the hook's).
+    subprocess.run([shutil.which("ldconfig") or "/sbin/ldconfig", "-r", str(rootfs)], check=True)
     return rootfs
 
 
@@ -89,8 +92,8 @@ def _config(tmp_path: Path, mode: str, runc: str, base: str = "") -> Path:
     return config
 
 
-def _run(tmp_path: Path, mode: str, args: list[str], capabilities: str) -> subprocess.CompletedProcess:
-    """``args`` in a container asking for every GPU, through the shim in ``mode``."""
+def _bundle(tmp_path: Path, mode: str, args: list[str], capabilities: str) -> tuple[str, dict]:
+    """A bundle running ``args`` and asking for every GPU, and the shim's environment for ``mode``."""
     runc = _runc()
     rootfs = _rootfs(tmp_path)
     subprocess.run([runc, "spec", "--bundle", str(tmp_path)], capture_output=True, text=True, check=True)
@@ -101,10 +104,34 @@ def _run(tmp_path: Path, mode: str, args: list[str], capabilities: str) -> subpr
     spec["root"] = {"path": str(rootfs), "readonly": False}
     (tmp_path / "config.json").write_text(json.dumps(spec))
     config = _config(tmp_path, mode, runc)
+    return runc, {"PATH": os.environ["PATH"], "NVIDIA_CTK_CONFIG_FILE_PATH": str(config)}
+
+
+def _run(tmp_path: Path, mode: str, args: list[str], capabilities: str) -> subprocess.CompletedProcess:
+    """``args`` through the shim's ``run`` in ``mode``."""
+    _, env = _bundle(tmp_path, mode, args, capabilities)
     return subprocess.run([os.path.join(BIN, "nvidia-container-runtime"), "run", "--bundle", str(tmp_path),
-                           f"gpu-{mode}-{os.getpid()}"],
-                          env={"PATH": os.environ["PATH"], "NVIDIA_CTK_CONFIG_FILE_PATH": str(config)},
-                          capture_output=True, text=True, timeout=120)
+                           f"gpu-{mode}-{os.getpid()}"], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _created(tmp_path: Path, mode: str, args: list[str], capabilities: str) -> str:
+    """``args`` through the shim's ``create``, then start and delete, as engines drive a runtime: its output."""
+    runc, env = _bundle(tmp_path, mode, args, capabilities)
+    name = f"gpu-{mode}-created-{os.getpid()}"
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as f, err.open("w") as e:  # files: the init keeps create's stdio
+        created = subprocess.run([os.path.join(BIN, "nvidia-container-runtime"), "create", "--bundle",
+                                  str(tmp_path), name], env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=e,
+                                 timeout=120)
+    assert created.returncode == 0, err.read_text()
+    hooks = json.loads((tmp_path / "config.json").read_text()).get("hooks", {}).get("createContainer", [])
+    try:
+        subprocess.run([runc, "start", name], check=True, timeout=60)
+        wait_for(lambda: json.loads(subprocess.run([runc, "state", name], capture_output=True, text=True,
+                                                   check=True).stdout)["status"] == "stopped", f"{name} to exit")
+    finally:
+        subprocess.run([runc, "delete", "--force", name], capture_output=True)
+    return f"createContainer hooks: {len(hooks)}\n" + out.read_text()
 
 
 def test_discovery_matches_nvidia_smi():
@@ -155,3 +182,15 @@ def test_cuda_in_a_container(tmp_path, mode):
     assert [line.split(" ", 2)[2] for line in lines if line.startswith("device ") and "allocated" not in line] \
         == names
     assert sum(line.endswith(" allocated") for line in lines) == len(names), lines
+
+
+@pytest.mark.containers
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_a_created_container_is_masked_by_the_shim_with_no_hook(tmp_path, mode):
+    """create, start, delete: the shim masks the driver's params itself after the runtime's create
+    (no createContainer hook), and CUDA still works inside."""
+    out = _created(tmp_path, mode, ["/bin/cuprobe", "/proc/driver/nvidia/params"], "utility,compute")
+    lines = out.splitlines()
+    assert lines[0] == "createContainer hooks: 0", out
+    assert "ModifyDeviceFiles: 0" in lines, out
+    assert sum(line.endswith(" allocated") for line in lines) == len(_gpu_names()), out
