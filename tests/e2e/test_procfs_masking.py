@@ -117,24 +117,30 @@ def test_cdi_modes_leave_proc_to_the_kernel_as_the_reference(tmp_path, mig_node,
     assert "ModifyDeviceFiles: 0" in lines
 
 
-@pytest.mark.parametrize("runtime", ["runc", "crun"])
-@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
-def test_an_image_proc_symlink_to_the_host_gets_no_params_mask(tmp_path, sim_node, rootfs, mode, runtime):
-    """The image's /proc is a link to a host directory holding a params file: the mask hook must
-    not mount through it (the kernel would follow the link from the host's root; the mount would
-    land in the container's namespace only, but the start is refused). Host untouched."""
+def _proc_linked_to_the_host(tmp_path, rootfs):
+    """The image's /proc a link to a host directory holding a params file: whether that directory is untouched."""
     from tests.security.conftest import snapshot
 
-    need_runtime(runtime)
     host = tmp_path / "host"
     (host / "driver/nvidia").mkdir(parents=True)
     (host / "driver/nvidia/params").write_text("ModifyDeviceFiles: 1\n")
     before = snapshot(host)
     os.rmdir(os.path.join(rootfs, "proc"))
     os.symlink(str(host), os.path.join(rootfs, "proc"))
+    return lambda: snapshot(host) == before
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("mode", ["jit-cdi", "cdi"])
+def test_an_image_proc_symlink_to_the_host_gets_no_params_mask(tmp_path, sim_node, rootfs, mode, runtime):
+    """The image's /proc is a link to a host directory holding a params file: the mask hook must
+    not mount through it (the kernel would follow the link from the host's root; the mount would
+    land in the container's namespace only, but the start is refused). Host untouched."""
+    need_runtime(runtime)
+    untouched = _proc_linked_to_the_host(tmp_path, rootfs)
     result = run_gpu(tmp_path, sim_node, rootfs, mode=mode, runtime=runtime, env=["NVIDIA_VISIBLE_DEVICES=0"],
                      command="cat /proc/driver/nvidia/params", wrapper=_private_proc(sim_node), edit=_host_proc)
-    assert snapshot(host) == before
+    assert untouched()
     assert not result.ok, result.describe()
     if runtime == "runc":  # runc mounts its procfs through the link, inside the root; the mask hook refuses
         assert "reached through a symlink; refusing to mask it" in result.stderr, result.describe()
@@ -240,20 +246,14 @@ def test_a_failed_mask_after_create_leaves_no_container(tmp_path, sim_node, root
     file untouched."""
     import subprocess
 
-    from tests.security.conftest import snapshot
     from tests.support.runtimes import RUNTIMES
 
-    host = tmp_path / "host"
-    (host / "driver/nvidia").mkdir(parents=True)
-    (host / "driver/nvidia/params").write_text("ModifyDeviceFiles: 1\n")
-    before = snapshot(host)
-    os.rmdir(os.path.join(rootfs, "proc"))
-    os.symlink(str(host), os.path.join(rootfs, "proc"))
+    untouched = _proc_linked_to_the_host(tmp_path, rootfs)
     state = tmp_path / "state"
     state.mkdir()
     result, _ = _create_start(tmp_path, sim_node, rootfs, mode, runtime, "cat /proc/driver/nvidia/params",
                               root=str(state))
-    assert snapshot(host) == before
+    assert untouched()
     assert not result.ok, result.describe()
     assert "Traceback" not in result.stderr, result.describe()
     if runtime == "runc":
