@@ -12,7 +12,7 @@ import pytest
 from tests.e2e.conftest import PATH_ENV, expected_nodes
 from tests.support.bundle import make_bundle
 from tests.support.containerd import K8S_NAMESPACE, Containerd
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_module
 from tests.support.gpu_runs import need_runtime
 from tests.support.legacy_front import entry, gpu_front, run
 from tests.support.runtimes import RUNTIMES
@@ -64,7 +64,7 @@ def test_the_hooks_refusal_is_runcs_error_line(tmp_path, sim_node, rootfs):
 def test_a_kubernetes_pod_through_containerds_cri(tmp_path, sim_node, busybox_image_tar, pause_image_tar):
     """containerd 1.6's CRI spec (one line, the pod's annotations, no hooks) under a recorded legacy
     config: the pod sandbox passes through, the container gets the hook from the sh front."""
-    pytest.importorskip("grpc", reason="needs python3-grpcio (the CRI client)")
+    need_module("grpc", "python3-grpcio, the CRI client")
     need_runtime("runc")
     need_binaries("/usr/bin/containerd")
     front, config = gpu_front(tmp_path, sim_node["config"], RUNTIMES["runc"][0])

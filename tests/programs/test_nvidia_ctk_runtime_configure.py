@@ -19,7 +19,7 @@ import tomlkit
 from tests.e2e.conftest import VENV_BIN, expected_nodes, node_config
 from tests.support.containerd import CONTAINERD, CTR, K8S_NAMESPACE, RUNC, Containerd
 from tests.support.docker import DOCKER, DOCKERD, Dockerd
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_module, need_root
 
 pytestmark = pytest.mark.containers
 
@@ -73,7 +73,7 @@ def test_docker(busybox_image_tar, sim_node, tmp_path):
 def test_containerd(busybox_image_tar, pause_image_tar, sim_node, tmp_path):
     need_root("runs containerd")
     need_binaries(CONTAINERD, CTR, RUNC)
-    pytest.importorskip("grpc", reason="needs python3-grpcio (the CRI client)")
+    need_module("grpc", "python3-grpcio, the CRI client")
     config = node_config(tmp_path, sim_node, mode="legacy")
     with CtkContainerd(extra_env={"NVIDIA_CTK_CONFIG_FILE_PATH": config}, path_prefix=(VENV_BIN,)) as c:
         for tar in (busybox_image_tar, pause_image_tar):

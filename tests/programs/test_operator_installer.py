@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.conftest import VENV_BIN, expected_nodes
 from tests.support.containerd import CONTAINERD, CTR, K8S_NAMESPACE, RUNC
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_module, need_root
 from tests.toolkit.installer import Installer
 from tests.toolkit.test_e2e_containerd import RestartableContainerd
 
@@ -73,7 +73,7 @@ class FakeSystemd:
 def containerd(busybox_image_tar, pause_image_tar):
     need_root("runs containerd")
     need_binaries(CONTAINERD, CTR, RUNC)
-    pytest.importorskip("grpc", reason="needs python3-grpcio (the CRI client)")
+    need_module("grpc", "python3-grpcio, the CRI client")
     with RestartableContainerd() as daemon:
         for tar in (busybox_image_tar, pause_image_tar):
             daemon.import_image(tar, K8S_NAMESPACE)

@@ -60,6 +60,16 @@ def need_binaries(*paths: str) -> None:
         skip(f"needs {', '.join(missing)} (not installed)")
 
 
+def need_module(name: str, why: str) -> None:
+    """Skip (a failure in CI) unless Python module ``name`` imports."""
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        skip(f"needs the Python module {name} ({why})")
+
+
 def need_rootfs_tools() -> None:
     """Skip unless the test rootfs can be built: binaries, gcc, and chroot rights."""
     need_binaries(BUSYBOX, "/sbin/ldconfig")

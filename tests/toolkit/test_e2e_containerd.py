@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.conftest import expected_nodes
 from tests.support.containerd import CONTAINERD, CTR, K8S_NAMESPACE, RUNC, Containerd
-from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_root
+from tests.support.fixtures import BUSYBOX_IMAGE_QUALIFIED, need_binaries, need_module, need_root
 from tests.support.proc import read_pidfile, start_daemon, stop_pid, wait_for
 from tests.toolkit.installer import Installer, node_flags
 
@@ -48,7 +48,7 @@ class RestartableContainerd(Containerd):
 def containerd(busybox_image_tar, pause_image_tar):
     need_root("runs containerd")
     need_binaries(CONTAINERD, CTR, RUNC, "/usr/bin/python3")
-    pytest.importorskip("grpc", reason="needs python3-grpcio (the CRI client)")
+    need_module("grpc", "python3-grpcio, the CRI client")
     with RestartableContainerd() as daemon:
         for tar in (busybox_image_tar, pause_image_tar):
             daemon.import_image(tar, K8S_NAMESPACE)
