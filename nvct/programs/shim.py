@@ -219,7 +219,7 @@ def _init_pid(runtime: str, args) -> int:
             with open(args.pid_file) as f:
                 text = f.read().strip()
         else:
-            text = _state_pid(runtime, list(args.options), args.container_id or "")
+            text = _state_pid(runtime, args)
     except OSError as e:
         raise ContainerError(f"container {args.container_id}: its init's pid: {e.strerror}") from None
     if not text.isdigit() or int(text) <= 1:
@@ -227,20 +227,11 @@ def _init_pid(runtime: str, args) -> int:
     return int(text)
 
 
-def _state_pid(runtime: str, options: list[str], container_id: str) -> str:
+def _state_pid(runtime: str, args) -> str:
     """The init pid in ``<runtime> state``'s JSON (nothing else of it is read)."""
     from nvct.base import jsoncodec
-    from nvct.oci import environ as hookenv
 
-    rfd, wfd = os.pipe()
-    try:
-        pid = os.posix_spawn(runtime, [runtime, *options, "state", container_id], hookenv.caller_environ(),
-                             file_actions=[(os.POSIX_SPAWN_DUP2, wfd, 1), (os.POSIX_SPAWN_CLOSE, rfd)])
-    finally:
-        os.close(wfd)
-    with os.fdopen(rfd, "rb") as f:
-        out = f.read()
-    os.waitpid(pid, 0)
+    out = _call_runtime(runtime, args, "state", args.container_id or "")
     try:
         state = jsoncodec.loads(out.decode(errors="replace"))
     except ValueError:
@@ -250,22 +241,29 @@ def _state_pid(runtime: str, options: list[str], container_id: str) -> str:
 
 
 def _delete(runtime: str, args) -> None:
-    """``<runtime> delete --force``: a container whose steps failed never starts. Its output is not ours."""
+    """``<runtime> delete --force``: a container whose steps failed never starts."""
+    if args.container_id:
+        _call_runtime(runtime, args, "delete", "--force", args.container_id)
+
+
+def _call_runtime(runtime: str, args, *verb: str) -> bytes:
+    """``<runtime> <this call's global options> VERB...`` to its end: its stdout. Its stdin and
+    stderr are /dev/null: what it says is not the engine's to read."""
     from nvct.oci import environ as hookenv
 
-    container_id = args.container_id
-    if not container_id:
-        return
-    options = list(args.options)
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    rfd, wfd = os.pipe()
     try:
-        pid = os.posix_spawn(runtime, [runtime, *options, "delete", "--force", container_id],
-                             hookenv.caller_environ(),
-                             file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, null, 1),
-                                           (os.POSIX_SPAWN_DUP2, null, 2)])
+        pid = os.posix_spawn(runtime, [runtime, *args.options, *verb], hookenv.caller_environ(),
+                             file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, wfd, 1),
+                                           (os.POSIX_SPAWN_DUP2, null, 2), (os.POSIX_SPAWN_CLOSE, rfd)])
     finally:
+        os.close(wfd)
         os.close(null)
+    with os.fdopen(rfd, "rb") as f:
+        out = f.read()
     os.waitpid(pid, 0)
+    return out
 
 
 def _still_there(result) -> None:
