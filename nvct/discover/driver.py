@@ -17,9 +17,8 @@ import os
 
 from nvct.base.errors import DriverError, NvctError
 from nvct.base.log import logger
-from nvct.discover import procfs
+from nvct.discover import procfs, utilities
 from nvct.discover.catalog import (
-    BIN_DIRS,
     BINARIES,
     COMPAT32,
     COMPAT32_ARCHES,
@@ -261,20 +260,10 @@ class Driver(_DeviceNodes):
         return ok
 
     def binaries(self, capabilities) -> list[str]:
-        """Each driver utility's first executable file under the driver root, looked for in the
-        caller's PATH, then in :data:`BIN_DIRS`, as NVIDIA's lookup does: nodes that keep the
-        driver in its own folder (``/usr/local/nvidia/bin``) name it in PATH, and may have a
-        wrapper script of the same name in /usr/bin."""
-        dirs = _search_dirs(os.environ.get("PATH", ""))
-        out = []
-        for cap in capabilities:
-            for name in BINARIES.get(cap, ()):
-                for d in dirs:
-                    path = f"{d}/{name}"
-                    if _is_executable(self.host_path(path)):
-                        out.append(path)
-                        break
-        return out
+        """Each driver utility's path, as :mod:`nvct.discover.utilities` finds it under the driver root."""
+        dirs = utilities.search_dirs()
+        found = (utilities.find(self.driver_root, name, dirs) for cap in capabilities for name in BINARIES.get(cap, ()))
+        return [path for path in found if path]
 
     def ipc(self, capabilities) -> list[str]:
         out = []
@@ -393,26 +382,3 @@ class Driver(_DeviceNodes):
             logger.warning("graphics MIG profiles unknown, so no MIG device gets DRM nodes: %s", e)
             return frozenset()
         return frozenset(out)
-
-
-def folders_on_path(driver_root: str) -> list[str]:
-    """The caller's PATH folders beyond the standard ones that hold a driver utility under
-    ``driver_root``, where :meth:`Driver.binaries` looks first. The legacy hook, whose PATH nvct
-    seals, gets them too."""
-    names = [name for names in BINARIES.values() for name in names]
-    return [d for d in _search_dirs(os.environ.get("PATH", ""))
-            if d not in BIN_DIRS and any(_is_executable(_join(driver_root, f"{d}/{n}")) for n in names)]
-
-
-def _search_dirs(path_variable: str) -> list[str]:
-    """PATH's absolute folders, then the standard ones it lacks."""
-    dirs = [os.path.normpath(d) for d in path_variable.split(":") if d.startswith("/")]
-    return list(dict.fromkeys([*dirs, *BIN_DIRS]))
-
-
-def _is_executable(path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return st.st_mode & 0o170000 == 0o100000 and bool(st.st_mode & 0o111)

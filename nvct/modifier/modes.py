@@ -308,7 +308,7 @@ def legacy_hook(config, log_format: str | None = None, path: str | None = None) 
 def _utility_folders(config) -> list[str]:
     """The engine's PATH folders that hold the driver's utilities on nodes that keep them apart
     (``/usr/local/nvidia/bin``): the hook finds them on its PATH, as NVIDIA's CLI does."""
-    from nvct.discover.driver import folders_on_path
+    from nvct.discover.utilities import folders_on_path
 
     return folders_on_path(config.driver_root)
 
