@@ -50,7 +50,9 @@ def test_prestart_hook_gets_the_state_on_stdin(oci_runtime, rootfs, tmp_path):
 def test_create_container_hook_writes_into_the_rootfs_before_the_process(
         oci_runtime, rootfs, tmp_path):
     hook = tmp_path / "inject.sh"
-    hook.write_text('#!/bin/sh\necho injected > "$1/etc/marker"\n')
+    # reads its state first: crun fails the start ("writing to pipe: Broken pipe") when a hook
+    # exits before crun has written the state, a race under load
+    hook.write_text('#!/bin/sh\ncat > /dev/null\necho injected > "$1/etc/marker"\n')
     hook.chmod(0o755)
     bundle = _bundle(tmp_path / "b", rootfs, ["cat", "/etc/marker"])
     add_hook(bundle, "createContainer", str(hook), args=["inject", rootfs])
