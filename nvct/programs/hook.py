@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stage = next((a for a in argv if not a.startswith("-")), None)
     if stage in ("poststart", "poststop"):
+        from nvct.hooks.container import drain
+
+        drain(sys.stdin)  # crun fails the start when a hook exits before it wrote the state
         return 0
     if stage != "prestart":
         sys.stderr.write("usage: nvidia-container-runtime-hook [--config FILE] prestart|poststart|poststop\n")

@@ -23,6 +23,20 @@ def test_poststart_and_poststop_do_nothing(stage):
     assert (r.returncode, r.stderr) == (0, "")
 
 
+@pytest.mark.parametrize("stage", ["poststart", "poststop"])
+def test_poststart_and_poststop_read_the_state_to_its_end(stage):
+    # crun writes the state after the hook started and fails the start on EPIPE if it has exited
+    read, write = os.pipe()
+    os.write(write, b'{"id": "x"}')
+    os.close(write)
+    try:
+        r = subprocess.run([HOOK, stage], stdin=read, capture_output=True, env={"PATH": "/usr/bin:/bin"})
+        os.set_blocking(read, False)
+        assert (r.returncode, os.read(read, 100)) == (0, b"")
+    finally:
+        os.close(read)
+
+
 def test_usage_error():
     r = run([HOOK, "bogus"])
     assert r.returncode == 2 and "usage:" in r.stderr
