@@ -71,7 +71,8 @@ class Plan:
             edits.hooks[self.index] = chain.replace(
                 steps=masks[:1] + tuple(s for c in links for s in c.steps), root=self.rootfs,
                 reason="the driver's params masked (ModifyDeviceFiles: 0); links and ld cache written by the shim"
-                + ("; /dev links by the hook" if links else ""))
+                + ("; /dev links by the hook" if links else "")
+                + "; on an engine's create the shim runs it after the runtime's create, no hook (Plan.after_create)")
             drop = {i for i in self.dev_links if as_chain(edits.hooks[i]) in links}
         edits.hooks[:] = [h for i, h in enumerate(edits.hooks) if i not in drop]
         for step in self.steps:

@@ -74,6 +74,8 @@ def test_with_a_bundle_explain_shows_the_chain_the_shim_does_itself_and_writes_n
     hooks = result.after["hooks"]["createContainer"]
     assert len(hooks) == 1 and "disable-device-node-modification" in hooks[0]["args"]
     assert "update-ldcache" not in hooks[0]["args"]  # the mask alone (and in cdi mode GPU 0's /dev/dri links)
+    [chain] = [h for h in result.edits.hooks if h.hook_name == "createContainer"]
+    assert "on an engine's create the shim runs it after the runtime's create, no hook" in chain.reason
     assert (sorted(os.walk(rootfs)), sorted(os.listdir(bundle))) == before
 
 
