@@ -37,6 +37,22 @@ def test_poststart_and_poststop_read_the_state_to_its_end(stage):
         os.close(read)
 
 
+@pytest.mark.containers
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+def test_poststart_and_poststop_hooks_leave_every_start_alone(tmp_path, rootfs, runtime):
+    """Named for those stages (as a hooks.d file may), through the real runtime, start after start."""
+    from tests.support.bundle import make_bundle
+    from tests.support.gpu_runs import PATH_ENV, need_runtime
+    from tests.support.runtimes import RUNTIMES, run_container
+
+    need_runtime(runtime)
+    entry = {"path": HOOK, "env": ["PATH=/usr/bin:/bin"]}
+    bundle = make_bundle(tmp_path / "bundle", rootfs, ["sh", "-c", "echo ran"], env=[PATH_ENV],
+                         hooks={stage: [{**entry, "args": [HOOK, stage]}] for stage in ("poststart", "poststop")})
+    results = [run_container(RUNTIMES[runtime], bundle) for _ in range(10)]
+    assert [(r.rc, r.stdout, r.stderr) for r in results] == [(0, "ran\n", "")] * 10, results[0].describe()
+
+
 def test_usage_error():
     r = run([HOOK, "bogus"])
     assert r.returncode == 2 and "usage:" in r.stderr
